@@ -1,0 +1,5 @@
+import sys
+
+from sglpatch.cli import main
+
+sys.exit(main())

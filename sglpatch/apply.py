@@ -1,0 +1,343 @@
+"""Applying the series to one pin: one commit per patch on the pristine commit, classified.
+
+The commits are built with git plumbing in a private index (``git apply --cached``,
+``write-tree``, ``commit-tree``), never in the work tree, so a patch that fails -- or a run that is
+killed -- leaves the pin's tree and branch exactly as they were. Only when every patch is settled
+and the lock agrees are the branch and the work tree moved, in one step that the next run finishes
+if it was interrupted.
+
+Commit messages and authors come from ``git mailinfo``, as ``git am`` takes them; the committer is
+fixed and dated with the author date, so the hashes equal those of ``git am
+--committer-date-is-author-date`` run with the same committer, and are the same on every machine.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import tempfile
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import unidiff
+
+from sglpatch import cache, diffs
+from sglpatch.errors import SglpatchError
+from sglpatch.gitcmd import IDENTITY_EMAIL, IDENTITY_NAME, git_out, run_git
+from sglpatch.lock import check_entry
+from sglpatch.pins import Pin
+from sglpatch.series import RENDITIONS_DIR, PatchFile, Series
+from sglpatch.sources import PRISTINE_REF, Pristine
+
+BRANCH = "sglpatch"
+UPDATING_MARKER = "sglpatch-updating"
+RESULTS_DIR = "sglpatch-results"
+
+APPLIED = "applied"
+APPLIED_WITH_OFFSET = "applied-with-offset"
+ALREADY_UPSTREAM = "already-upstream"
+CONFLICT = "conflict"
+MISSING_FILE = "missing-file"
+NOT_APPLICABLE = "not-applicable"
+FAILURES = (CONFLICT, MISSING_FILE)
+
+_OFFSET_RE = re.compile(r"Hunk #(\d+) succeeded at (\d+) \(offset (-?\d+) lines?\)")
+_FAILED_AT_RE = re.compile(r"error: patch failed: (.+):(\d+)")
+
+
+@dataclass
+class PatchOutcome:
+    name: str
+    status: str
+    rendition: str = ""
+    commit: str = ""
+    detail: str = ""
+
+
+@dataclass
+class PinResult:
+    version: str
+    tree_path: str
+    ok: bool = False
+    pristine: str = ""
+    commit: str = ""
+    tree: str = ""
+    lock: str = ""
+    error: str = ""
+    patches: list[PatchOutcome] = field(default_factory=list)
+
+    def lock_entry(self, artifact_sha256: str) -> dict:
+        return {
+            "artifact_sha256": artifact_sha256,
+            "pristine": self.pristine,
+            "patches": [
+                {"name": outcome.name, "status": outcome.status, "commit": outcome.commit}
+                for outcome in self.patches
+            ],
+            "commit": self.commit,
+            "tree": self.tree,
+        }
+
+
+def apply_pin(
+    pin: Pin,
+    series: Series,
+    pristine: Pristine,
+    out_dir: Path,
+    lock_path: Path,
+    *,
+    update_lock: bool = False,
+) -> PinResult:
+    """Apply ``series`` to ``pin``; on any failure the pin's tree is left as it was."""
+    tree_path = out_dir / pin.version
+    result = PinResult(version=pin.version, tree_path=str(tree_path), pristine=pristine.commit)
+    with cache.entry_lock(tree_path):
+        try:
+            _ensure_repo(tree_path, pristine)
+            _check_clean(tree_path)
+            _build(tree_path, pin, series, pristine, result)
+            if any(outcome.status in FAILURES for outcome in result.patches):
+                result.error = "; ".join(
+                    f"{o.name}: {o.status}" for o in result.patches if o.status in FAILURES
+                )
+                return result
+            key = pin.version if pristine.source == "index" else f"{pin.version}@{pristine.source}"
+            check = check_entry(lock_path, key, result.lock_entry(pin.sha256), update_lock)
+            result.lock = check.state
+            if check.state == "mismatch":
+                result.error = (
+                    f"{lock_path}: result for {key} differs from the lock ({check.difference}); "
+                    "run with --update-lock to accept it"
+                )
+                return result
+            _move_branch(tree_path, result.commit)
+            result.ok = True
+        except SglpatchError as exc:
+            result.error = str(exc)
+    return result
+
+
+# -- the pin's repository -----------------------------------------------------------------------
+
+
+def _ensure_repo(tree_path: Path, pristine: Pristine) -> None:
+    if not (tree_path / ".git").is_dir():
+        if tree_path.exists() and any(tree_path.iterdir()):
+            raise SglpatchError(f"{tree_path}: exists and is not a git repository; move it away")
+        staging = Path(tempfile.mkdtemp(dir=tree_path.parent, prefix=f".{tree_path.name}-"))
+        try:
+            # --local hardlinks the cached objects: cheap, and the tree survives a cleared cache.
+            run_git(["clone", "--quiet", "--local", "--no-checkout", str(pristine.repo), str(staging)], tree_path.parent)
+            # Until the first checkout finishes, the tree is ours to overwrite.
+            (staging / ".git" / UPDATING_MARKER).write_text("first checkout\n")
+            if tree_path.exists():
+                tree_path.rmdir()
+            os.replace(staging, tree_path)
+        finally:
+            cache.remove(staging)
+    local = run_git(["rev-parse", "--verify", "--quiet", PRISTINE_REF], tree_path, check=False)
+    if local.stdout.decode().strip() == pristine.commit:
+        return
+    if run_git(["cat-file", "-e", f"{pristine.commit}^{{commit}}"], tree_path, check=False).returncode:
+        run_git(["fetch", "--quiet", str(pristine.repo), PRISTINE_REF], tree_path)
+    run_git(["update-ref", PRISTINE_REF, pristine.commit], tree_path)
+
+
+def _check_clean(tree_path: Path) -> None:
+    if (tree_path / ".git" / UPDATING_MARKER).exists():
+        return  # an interrupted update of ours; _move_branch finishes it
+    status = git_out(["status", "--porcelain", "--untracked-files=no"], tree_path)
+    if status:
+        first = status.splitlines()[0]
+        raise SglpatchError(
+            f"{tree_path}: the tree has local changes ({first} ...); commit or discard them first"
+        )
+
+
+def _move_branch(tree_path: Path, commit: str) -> None:
+    git_dir = tree_path / ".git"
+    marker = git_dir / UPDATING_MARKER
+    head = run_git(["rev-parse", "--verify", "--quiet", "HEAD"], tree_path, check=False).stdout.decode().strip()
+    current_ref = git_out(["symbolic-ref", "--quiet", "HEAD"], tree_path) if head else ""
+    if head == commit and current_ref == f"refs/heads/{BRANCH}" and not marker.exists():
+        return
+    marker.write_text(commit + "\n")
+    run_git(["update-ref", f"refs/heads/{BRANCH}", commit], tree_path)
+    run_git(["symbolic-ref", "HEAD", f"refs/heads/{BRANCH}"], tree_path)
+    run_git(["reset", "--quiet", "--hard", commit], tree_path)
+    marker.unlink()
+
+
+# -- building the commits -----------------------------------------------------------------------
+
+
+def _inputs_key(pristine: Pristine, renditions: list[tuple[str, PatchFile | None]]) -> str:
+    digest = hashlib.sha256(f"sglpatch-apply-1\0{pristine.commit}\0".encode())
+    for name, rendition in renditions:
+        digest.update(name.encode() + b"\0" + (rendition.raw if rendition else b"-") + b"\0")
+    return digest.hexdigest()
+
+
+def _build(tree_path: Path, pin: Pin, series: Series, pristine: Pristine, result: PinResult) -> None:
+    selected = [(patch.name, patch.for_version(pin.version)) for patch in series.patches]
+    key = _inputs_key(pristine, selected)
+    memo = tree_path / ".git" / RESULTS_DIR / f"{key}.json"
+    if memo.exists():
+        saved = json.loads(memo.read_text())
+        commit_ok = run_git(["cat-file", "-e", f"{saved['commit']}^{{commit}}"], tree_path, check=False)
+        if commit_ok.returncode == 0:
+            result.commit, result.tree = saved["commit"], saved["tree"]
+            result.patches = [PatchOutcome(**outcome) for outcome in saved["patches"]]
+            return
+    for name, rendition in selected:
+        if rendition is not None:
+            problems = diffs.diff_problems(rendition)
+            if problems:
+                raise SglpatchError("; ".join(str(problem) for problem in problems))
+    _apply_all(tree_path, pin, pristine, selected, result)
+    if not any(outcome.status in FAILURES for outcome in result.patches):
+        memo.parent.mkdir(exist_ok=True)
+        memo.write_text(
+            json.dumps(
+                {"commit": result.commit, "tree": result.tree, "patches": [asdict(o) for o in result.patches]}
+            )
+        )
+
+
+def _apply_all(
+    tree_path: Path,
+    pin: Pin,
+    pristine: Pristine,
+    selected: list[tuple[str, PatchFile | None]],
+    result: PinResult,
+) -> None:
+    git_dir = tree_path / ".git"
+    fd, index_name = tempfile.mkstemp(dir=git_dir, prefix="sglpatch-index-")
+    os.close(fd)
+    os.unlink(index_name)
+    env = {"GIT_INDEX_FILE": index_name}
+    try:
+        run_git(["read-tree", pristine.commit], tree_path, env=env)
+        modes = _tree_modes(tree_path, pristine.commit)
+        parent = pristine.commit
+        for name, rendition in selected:
+            if rendition is None:
+                result.patches.append(PatchOutcome(name, NOT_APPLICABLE, detail=f"no rendition for {pin.version}"))
+                continue
+            outcome = _apply_one(tree_path, env, modes, name, rendition, parent)
+            result.patches.append(outcome)
+            if outcome.commit:
+                parent = outcome.commit
+                modes = _tree_modes(tree_path, parent)
+        result.commit = parent
+        result.tree = git_out(["rev-parse", f"{parent}^{{tree}}"], tree_path)
+    finally:
+        Path(index_name).unlink(missing_ok=True)
+
+
+def _tree_modes(tree_path: Path, commit: str) -> dict[str, str]:
+    listing = run_git(["ls-tree", "-r", "-z", "--full-tree", commit], tree_path).stdout.decode()
+    modes = {}
+    for entry in filter(None, listing.split("\0")):
+        meta, path = entry.split("\t", 1)
+        modes[path] = meta.split()[0]
+    return modes
+
+
+def _apply_one(
+    tree_path: Path,
+    env: dict[str, str],
+    modes: dict[str, str],
+    name: str,
+    rendition: PatchFile,
+    parent: str,
+) -> PatchOutcome:
+    where = _display_name(rendition)
+    outcome = PatchOutcome(name=name, status="", rendition=str(rendition.path))
+    patch_set = diffs.parse_diff(rendition)
+    existing, created = diffs.touched_paths(patch_set)
+    for path in existing + created:
+        link = _through_link(path, modes)
+        if link:
+            raise SglpatchError(f"{where}: {path} goes through the symbolic link {link} in the tree; refused")
+    missing = [path for path in existing if path not in modes]
+    diff = rendition.diff_text.encode()
+    forward = run_git(
+        ["apply", "--cached", "--check", "-v", "--whitespace=nowarn", "-"], tree_path, env=env, input=diff, check=False
+    )
+    if forward.returncode == 0 and not missing:
+        offsets = _OFFSET_RE.findall(forward.stderr.decode())
+        run_git(["apply", "--cached", "--whitespace=nowarn", "-"], tree_path, env=env, input=diff)
+        tree = git_out(["write-tree"], tree_path, env=env)
+        outcome.commit = _commit(tree_path, rendition, tree, parent)
+        if offsets:
+            outcome.status = APPLIED_WITH_OFFSET
+            outcome.detail = ", ".join(f"hunk {h} at line {line} (offset {off})" for h, line, off in offsets)
+        else:
+            outcome.status = APPLIED
+        return outcome
+    reverse = run_git(
+        ["apply", "--cached", "--check", "--reverse", "--whitespace=nowarn", "-"],
+        tree_path,
+        env=env,
+        input=diff,
+        check=False,
+    )
+    if reverse.returncode == 0:
+        outcome.status = ALREADY_UPSTREAM
+        outcome.detail = "the patch reverse-applies: upstream already has it"
+        return outcome
+    if missing:
+        outcome.status = MISSING_FILE
+        outcome.detail = f"{where}: not in the tree: {', '.join(missing)}"
+        return outcome
+    outcome.status = CONFLICT
+    outcome.detail = _conflict_detail(where, patch_set, forward.stderr.decode())
+    return outcome
+
+
+def _display_name(rendition: PatchFile) -> str:
+    parts = rendition.path.parts
+    return "/".join(parts[-3:]) if len(parts) >= 3 and parts[-3] == RENDITIONS_DIR else parts[-1]
+
+
+def _through_link(path: str, modes: dict[str, str]) -> str | None:
+    parts = path.split("/")
+    for depth in range(1, len(parts)):
+        prefix = "/".join(parts[:depth])
+        if modes.get(prefix) == "120000":
+            return prefix
+    return None
+
+
+def _conflict_detail(where: str, patch_set: unidiff.PatchSet, stderr: str) -> str:
+    match = _FAILED_AT_RE.search(stderr)
+    if not match:
+        return f"{where}: {stderr.strip()}"
+    path, line = match.group(1), int(match.group(2))
+    hunk = diffs.hunk_at(patch_set, path, line)
+    if hunk is None:
+        return f"{where}: {path}:{line} does not match"
+    number, text = hunk
+    return f"{where}: hunk {number} of {path} (at line {line}) does not match:\n{text.rstrip()}"
+
+
+def _commit(tree_path: Path, rendition: PatchFile, tree: str, parent: str) -> str:
+    with tempfile.TemporaryDirectory(dir=tree_path / ".git", prefix="sglpatch-mail-") as scratch:
+        msg, patch = Path(scratch) / "msg", Path(scratch) / "patch"
+        info = run_git(["mailinfo", str(msg), str(patch)], tree_path, input=rendition.raw).stdout.decode()
+        fields = dict(line.split(": ", 1) for line in info.splitlines() if ": " in line)
+        body = msg.read_text()
+    message = fields.get("Subject", "") + ("\n\n" + body if body.strip() else "\n")
+    date = fields.get("Date", "")
+    env = {
+        "GIT_AUTHOR_NAME": fields.get("Author", ""),
+        "GIT_AUTHOR_EMAIL": fields.get("Email", ""),
+        "GIT_AUTHOR_DATE": date,
+        "GIT_COMMITTER_NAME": IDENTITY_NAME,
+        "GIT_COMMITTER_EMAIL": IDENTITY_EMAIL,
+        "GIT_COMMITTER_DATE": date,
+    }
+    return git_out(["commit-tree", tree, "-p", parent], tree_path, env=env, input=message.encode())

@@ -1,0 +1,73 @@
+"""Running git with an environment that makes its results the same on every machine.
+
+User and system git configuration (autocrlf, apply.whitespace, hooks, signing) could change the
+trees and commits we produce, so every call ignores both and pins the locale.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+from sglpatch.errors import SglpatchError
+
+IDENTITY_NAME = "sglpatch"
+IDENTITY_EMAIL = "sglpatch@localhost"
+
+
+def git_env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    env = {
+        key: value
+        for key, value in os.environ.items()
+        if not key.startswith("GIT_") or key in ("GIT_EXEC_PATH",)
+    }
+    env.update(
+        {
+            "LC_ALL": "C",
+            "GIT_CONFIG_NOSYSTEM": "1",
+            "GIT_CONFIG_GLOBAL": os.devnull,
+            "GIT_TERMINAL_PROMPT": "0",
+        }
+    )
+    if extra:
+        env.update(extra)
+    return env
+
+
+def run_git(
+    args: list[str],
+    cwd: Path,
+    *,
+    env: dict[str, str] | None = None,
+    input: bytes | None = None,
+    check: bool = True,
+) -> subprocess.CompletedProcess[bytes]:
+    result = subprocess.run(
+        ["git", *args],
+        cwd=cwd,
+        env=git_env(env),
+        input=input,
+        capture_output=True,
+    )
+    if check and result.returncode != 0:
+        raise SglpatchError(
+            f"git {' '.join(args[:3])} failed in {cwd}: {result.stderr.decode(errors='replace').strip()}"
+        )
+    return result
+
+
+def git_out(args: list[str], cwd: Path, **kwargs) -> str:
+    return run_git(args, cwd, **kwargs).stdout.decode().strip()
+
+
+def commit_env(name: str, email: str, date: str) -> dict[str, str]:
+    """Author and committer fixed to the given identity and date, so commit hashes reproduce."""
+    return {
+        "GIT_AUTHOR_NAME": name,
+        "GIT_AUTHOR_EMAIL": email,
+        "GIT_AUTHOR_DATE": date,
+        "GIT_COMMITTER_NAME": IDENTITY_NAME,
+        "GIT_COMMITTER_EMAIL": IDENTITY_EMAIL,
+        "GIT_COMMITTER_DATE": date,
+    }

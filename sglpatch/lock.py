@@ -1,0 +1,64 @@
+"""``series.lock``: per pin, the pristine commit, each patch's result and commit, the final commit
+and tree. Everyone who applies the same series to the same pins must get exactly these hashes."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from filelock import FileLock
+
+from sglpatch.errors import SglpatchError
+
+LOCK_FILE = "series.lock"
+LOCK_FORMAT = 1
+
+
+@dataclass(frozen=True)
+class LockCheck:
+    state: str  # "matches", "recorded" (new entry), "updated", or "mismatch"
+    difference: str = ""
+
+
+def read_lock(path: Path) -> dict:
+    if not path.exists():
+        return {"format": LOCK_FORMAT, "pins": {}}
+    try:
+        data = json.loads(path.read_text())
+    except ValueError as exc:
+        raise SglpatchError(f"{path}: not valid JSON: {exc}") from None
+    if data.get("format") != LOCK_FORMAT or not isinstance(data.get("pins"), dict):
+        raise SglpatchError(f"{path}: not a format-{LOCK_FORMAT} sglpatch lock file")
+    return data
+
+
+def check_entry(path: Path, key: str, entry: dict, update: bool) -> LockCheck:
+    """Compare ``entry`` with the lock; record it when new or when ``update`` accepts a change."""
+    with FileLock(str(path) + ".lock"):
+        data = read_lock(path)
+        old = data["pins"].get(key)
+        if old == entry:
+            return LockCheck("matches")
+        if old is not None and not update:
+            return LockCheck("mismatch", describe_difference(old, entry))
+        data["pins"][key] = entry
+        data["pins"] = dict(sorted(data["pins"].items()))
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text(json.dumps(data, indent=2, sort_keys=False) + "\n")
+        tmp.replace(path)
+        return LockCheck("recorded" if old is None else "updated")
+
+
+def describe_difference(old: dict, new: dict) -> str:
+    lines = []
+    for field in ("artifact_sha256", "pristine", "commit", "tree"):
+        if old.get(field) != new.get(field):
+            lines.append(f"{field}: locked {old.get(field)}, got {new.get(field)}")
+    old_patches = {p["name"]: p for p in old.get("patches", [])}
+    for patch in new.get("patches", []):
+        locked = old_patches.pop(patch["name"], None)
+        if locked != patch:
+            lines.append(f"patch {patch['name']}: locked {locked}, got {patch}")
+    lines.extend(f"patch {name}: locked but no longer in the series" for name in old_patches)
+    return "; ".join(lines)

@@ -1,0 +1,111 @@
+"""The repository's layout and the whole-series operations that the CLI and nox sessions share.
+
+A project is the folder holding ``upstream/pins.toml``, ``patches/`` and ``series.lock``; applied
+trees land in ``build/trees/<version>`` and the report in ``build/apply-report.json`` unless told
+otherwise.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from sglpatch import sources
+from sglpatch.apply import PinResult, apply_pin
+from sglpatch.errors import SglpatchError
+from sglpatch.lock import LOCK_FILE
+from sglpatch.pins import Pins, load_pins
+from sglpatch.series import Series, load_series
+
+OUT_ENV = "SGLPATCH_OUT_DIR"
+
+
+@dataclass(frozen=True)
+class Project:
+    root: Path
+
+    @classmethod
+    def find(cls, start: Path | None = None) -> "Project":
+        here = (start or Path.cwd()).resolve()
+        for candidate in (here, *here.parents):
+            if (candidate / "upstream" / "pins.toml").is_file() and (candidate / "patches").is_dir():
+                return cls(candidate)
+        raise SglpatchError(f"{here}: not inside an sglpatch project (no upstream/pins.toml and patches/)")
+
+    @property
+    def pins_file(self) -> Path:
+        return self.root / "upstream" / "pins.toml"
+
+    @property
+    def patches_dir(self) -> Path:
+        return self.root / "patches"
+
+    @property
+    def lock_file(self) -> Path:
+        return self.root / LOCK_FILE
+
+    @property
+    def build_dir(self) -> Path:
+        return Path(os.environ.get(OUT_ENV) or self.root / "build")
+
+    def pins(self) -> Pins:
+        return load_pins(self.pins_file)
+
+    def series(self) -> Series:
+        return load_series(self.patches_dir)
+
+
+@dataclass
+class ApplyReport:
+    series_version: str
+    series_digest: str
+    results: list[PinResult]
+
+    @property
+    def ok(self) -> bool:
+        return all(result.ok for result in self.results)
+
+    def to_json(self) -> str:
+        return json.dumps(
+            {
+                "series": {"version": self.series_version, "digest": self.series_digest},
+                "ok": self.ok,
+                "pins": [asdict(result) for result in self.results],
+            },
+            indent=2,
+        )
+
+
+def apply_series(
+    project: Project,
+    pin_names: list[str] | None = None,
+    *,
+    update_lock: bool = False,
+    out_dir: Path | None = None,
+    git_url: str | None = None,
+    report_path: Path | None = None,
+) -> ApplyReport:
+    """Apply the series to the named pins (all by default), each independently."""
+    pins = project.pins()
+    selected = pins.select(pin_names)
+    series = project.series()
+    trees = (out_dir or project.build_dir) / "trees"
+    trees.mkdir(parents=True, exist_ok=True)
+    index = sources.index_url(pins.index_url)
+    results = []
+    for pin in selected:
+        try:
+            pristine = (
+                sources.pristine_from_git(pin, git_url) if git_url else sources.pristine_from_index(pin, index)
+            )
+        except SglpatchError as exc:
+            results.append(PinResult(version=pin.version, tree_path=str(trees / pin.version), error=str(exc)))
+            continue
+        results.append(apply_pin(pin, series, pristine, trees, project.lock_file, update_lock=update_lock))
+    report = ApplyReport(series.version, series.digest(), results)
+    destination = report_path or (out_dir or project.build_dir) / "apply-report.json"
+    destination.parent.mkdir(parents=True, exist_ok=True)
+    destination.write_text(report.to_json() + "\n")
+    return report

@@ -1,0 +1,245 @@
+"""The patch series: ``patches/series`` (quilt order), the format-patch files, their trailers.
+
+Each patch is a ``git format-patch`` file that plain ``git am`` accepts. Its metadata lives in
+trailers at the end of the commit message, after DEP-3 and Yocto:
+
+    Upstream-Status: Pending | Submitted [url] | Accepted [version or commit]
+                     | Backport [version] | Inappropriate [reason]
+    Origin: who wrote it and from what
+    Bug: where the problem is reported (optional)
+    Witness: the check that fails without the patch and passes with it
+    Applies-To: the pins this rendition is for, as a PEP 440 specifier (">=0.5.10,<0.5.19")
+
+Where upstream moved the code, a patch has more renditions, one file each, in
+``patches/renditions/<patch name without .patch>/``; each carries its own ``Applies-To`` and the
+rendition whose specifier contains a pin's version is the one applied to that pin.
+"""
+
+from __future__ import annotations
+
+import email
+import email.policy
+import hashlib
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from packaging.version import Version
+
+from sglpatch.errors import SglpatchError
+from sglpatch.gitcmd import run_git
+
+SERIES_FILE = "series"
+CHANGELOG_FILE = "CHANGELOG.md"
+RENDITIONS_DIR = "renditions"
+
+REQUIRED_TRAILERS = ("Upstream-Status", "Origin", "Witness", "Applies-To")
+UPSTREAM_STATUS_RE = re.compile(
+    r"^(Pending|(Submitted|Accepted|Backport|Inappropriate) \[[^\]]+\])$"
+)
+UPSTREAM_STATUS_VOCABULARY = (
+    "Pending, Submitted [url], Accepted [version or commit], Backport [version], "
+    "Inappropriate [reason]"
+)
+_CHANGELOG_VERSION_RE = re.compile(r"^## v(\d+)\b", re.MULTILINE)
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One lint finding, located at a file and line."""
+
+    path: Path
+    line: int
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.path}:{self.line}: {self.message}"
+
+
+@dataclass(frozen=True)
+class PatchFile:
+    path: Path
+    raw: bytes
+    subject: str
+    author: str
+    date: str
+    trailers: tuple[tuple[str, str], ...]
+    trailer_lines: dict[str, int]
+    diff_text: str
+    diff_line: int  # line number in the file where the diff starts
+
+    def trailer(self, key: str) -> str | None:
+        values = [value for name, value in self.trailers if name.lower() == key.lower()]
+        return values[-1] if values else None
+
+    @property
+    def applies_to(self) -> SpecifierSet:
+        spec = self.trailer("Applies-To")
+        if spec is None:
+            raise SglpatchError(f"{self.path}: no Applies-To trailer")
+        try:
+            return SpecifierSet(spec)
+        except InvalidSpecifier:
+            raise SglpatchError(f"{self.path}: Applies-To {spec!r} is not a PEP 440 specifier") from None
+
+    def covers(self, version: str) -> bool:
+        return self.applies_to.contains(Version(version), prereleases=True)
+
+
+@dataclass(frozen=True)
+class SeriesPatch:
+    """One entry of the series file with every rendition of it (the main file first)."""
+
+    name: str
+    renditions: tuple[PatchFile, ...]
+
+    @property
+    def main(self) -> PatchFile:
+        return self.renditions[0]
+
+    @property
+    def stem(self) -> str:
+        return self.name.removesuffix(".patch")
+
+    def for_version(self, version: str) -> PatchFile | None:
+        """The rendition for ``version``; None when no rendition applies to it."""
+        matches = [rendition for rendition in self.renditions if rendition.covers(version)]
+        if len(matches) > 1:
+            names = ", ".join(str(match.path) for match in matches)
+            raise SglpatchError(f"patch {self.name}: several renditions claim {version}: {names}")
+        return matches[0] if matches else None
+
+
+@dataclass(frozen=True)
+class Series:
+    directory: Path
+    version: str
+    patches: tuple[SeriesPatch, ...]
+    files: tuple[Path, ...] = field(default=())
+
+    def digest(self) -> str:
+        """sha256 over the series file, the changelog and every patch file, in series order."""
+        digest = hashlib.sha256()
+        for path in (self.directory / SERIES_FILE, *self.files):
+            digest.update(str(path.relative_to(self.directory)).encode() + b"\0")
+            digest.update(path.read_bytes() + b"\0")
+        return digest.hexdigest()
+
+    def get(self, name: str) -> SeriesPatch:
+        for patch in self.patches:
+            if name in (patch.name, patch.stem):
+                return patch
+        raise SglpatchError(f"{self.directory / SERIES_FILE}: no patch named {name!r}")
+
+
+def series_entries(directory: Path) -> list[tuple[int, str]]:
+    """(line number, patch name) for each entry of the quilt-style series file."""
+    path = directory / SERIES_FILE
+    try:
+        lines = path.read_text().splitlines()
+    except FileNotFoundError:
+        raise SglpatchError(f"{path}: series file not found") from None
+    entries = []
+    for number, line in enumerate(lines, 1):
+        text = line.split("#", 1)[0].strip()
+        if not text:
+            continue
+        name, *options = text.split()
+        if options not in ([], ["-p1"]):
+            raise SglpatchError(f"{path}:{number}: only -p1 patches are supported, got {' '.join(options)}")
+        entries.append((number, name))
+    return entries
+
+
+def series_version(directory: Path) -> str:
+    path = directory / CHANGELOG_FILE
+    try:
+        match = _CHANGELOG_VERSION_RE.search(path.read_text())
+    except FileNotFoundError:
+        raise SglpatchError(f"{path}: changelog not found; it holds the series version") from None
+    if not match:
+        raise SglpatchError(f"{path}: no '## vN' heading; the newest one is the series version")
+    return match.group(1)
+
+
+def load_series(directory: Path) -> Series:
+    """The series with every patch parsed; the first malformed file stops it with its name."""
+    patches = []
+    files = [directory / CHANGELOG_FILE]
+    for number, name in series_entries(directory):
+        main = directory / name
+        if not main.is_file():
+            raise SglpatchError(f"{directory / SERIES_FILE}:{number}: {name} does not exist")
+        extra = sorted((directory / RENDITIONS_DIR / name.removesuffix(".patch")).glob("*.patch"))
+        renditions = tuple(parse_patch_file(path) for path in (main, *extra))
+        files.extend(rendition.path for rendition in renditions)
+        patches.append(SeriesPatch(name=name, renditions=renditions))
+    return Series(
+        directory=directory,
+        version=series_version(directory),
+        patches=tuple(patches),
+        files=tuple(files),
+    )
+
+
+def parse_patch_file(path: Path) -> PatchFile:
+    """A format-patch file split into headers, commit message trailers and the diff."""
+    raw = path.read_bytes()
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise SglpatchError(f"{path}: not UTF-8 text ({exc})") from None
+    lines = text.splitlines(keepends=True)
+    if not lines or not lines[0].startswith("From "):
+        raise SglpatchError(f"{path}:1: not a git format-patch file (no 'From <sha> <date>' line)")
+    header_end = next((i for i, line in enumerate(lines) if line in ("\n", "\r\n")), None)
+    if header_end is None:
+        raise SglpatchError(f"{path}: no blank line after the mail headers")
+    headers = email.message_from_string("".join(lines[1:header_end]), policy=email.policy.default)
+    for required in ("From", "Date", "Subject"):
+        if not headers.get(required):
+            raise SglpatchError(f"{path}: mail header {required} is missing")
+    separator = next((i for i in range(header_end, len(lines)) if lines[i].rstrip("\r\n") == "---"), None)
+    diff_start = next((i for i in range(header_end, len(lines)) if lines[i].startswith("diff --git ")), None)
+    if diff_start is None:
+        raise SglpatchError(f"{path}: no 'diff --git' section; the patch is empty or truncated")
+    if separator is None or separator > diff_start:
+        raise SglpatchError(f"{path}: no '---' line between the commit message and the diff")
+    body = "".join(lines[header_end + 1 : separator])
+    trailers = _parse_trailers(path, body)
+    trailer_lines = {}
+    for index in range(header_end + 1, separator):
+        key = lines[index].split(":", 1)[0]
+        if ":" in lines[index] and " " not in key:
+            trailer_lines[key.lower()] = index + 1
+    diff_lines = lines[diff_start:]
+    # format-patch ends with a "-- " signature line and the git version; it is not part of the diff.
+    for index in range(len(diff_lines) - 1, -1, -1):
+        if diff_lines[index].rstrip("\r\n") == "-- ":
+            diff_lines = diff_lines[:index]
+            break
+    subject = re.sub(r"^\[PATCH[^\]]*\]\s*", "", str(headers["Subject"]))
+    return PatchFile(
+        path=path,
+        raw=raw,
+        subject=subject,
+        author=str(headers["From"]),
+        date=str(headers["Date"]),
+        trailers=trailers,
+        trailer_lines=trailer_lines,
+        diff_text="".join(diff_lines),
+        diff_line=diff_start + 1,
+    )
+
+
+def _parse_trailers(path: Path, body: str) -> tuple[tuple[str, str], ...]:
+    # git's own trailer parser, so what we read is what `git interpret-trailers` and reviewers see.
+    result = run_git(
+        ["interpret-trailers", "--parse", "--no-divider"], path.parent, input=body.encode()
+    )
+    trailers = []
+    for line in result.stdout.decode().splitlines():
+        key, _, value = line.partition(":")
+        trailers.append((key.strip(), value.strip()))
+    return tuple(trailers)

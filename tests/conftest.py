@@ -1,0 +1,198 @@
+"""Shared fixtures: small sglang-shaped artifacts and projects made in the test, and the real cache.
+
+Machinery tests use tiny artifacts built here (a file:// folder stands in for the package index),
+so they are fast and exact; tests marked ``network`` use the real sglang artifacts of every pin.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import os
+import subprocess
+import tarfile
+import tempfile
+import textwrap
+import zipfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from sglpatch.project import Project
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+BASE_FILES = {
+    "sglang/__init__.py": "from sglang.version import __version__\n",
+    "sglang/version.py": '__version__ = "{version}"\n',
+    "sglang/srt/layers/example.py": "".join(f"line {n}\n" for n in range(1, 41)),
+    "sglang/jit_kernel/csrc/kernel.cuh": "#pragma once\n#include <algorithm>\n#include <cuda_runtime.h>\n\nvoid f();\n",
+}
+
+
+def sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def make_sdist(folder: Path, version: str, files: dict[str, str], extra: list[tarfile.TarInfo] | None = None) -> Path:
+    """An sdist shaped like sglang's: sglang-<v>/ holding the package, PKG-INFO, egg-info."""
+    path = folder / f"sglang-{version}.tar.gz"
+    top = f"sglang-{version}"
+    members = {
+        **{name: text.format(version=version) for name, text in files.items()},
+        "PKG-INFO": f"Metadata-Version: 2.1\nName: sglang\nVersion: {version}\n",
+        "sglang.egg-info/SOURCES.txt": "sglang/__init__.py\n",
+        "setup.cfg": "[egg_info]\ntag_build = \ntag_date = 0\n\n",
+        "pyproject.toml": '[project]\nname = "sglang"\n',
+        "sglang/_version.py": f'__version__ = "{version}"\n',
+    }
+    with tarfile.open(path, "w:gz") as archive:
+        for name, text in sorted(members.items()):
+            data = text.encode()
+            info = tarfile.TarInfo(f"{top}/{name}")
+            info.size = len(data)
+            info.mode = 0o644
+            archive.addfile(info, io.BytesIO(data))
+        for info in extra or []:
+            archive.addfile(info, io.BytesIO(b"x" * info.size) if info.isfile() else None)
+    return path
+
+
+def make_wheel(folder: Path, version: str, files: dict[str, str], extra: dict[str, bytes] | None = None) -> Path:
+    path = folder / f"sglang-{version}-cp311-cp311-manylinux_2_34_x86_64.whl"
+    with zipfile.ZipFile(path, "w") as archive:
+        for name, text in sorted(files.items()):
+            archive.writestr(name, text.format(version=version))
+        archive.writestr("sglang/srt/_kernels.cpython-311-x86_64-linux-gnu.so", b"\x7fELF")
+        archive.writestr("sglang/_version.py", f'__version__ = "{version}"\n')
+        archive.writestr(f"sglang-{version}.dist-info/METADATA", "Name: sglang\n")
+        for name, data in (extra or {}).items():
+            archive.writestr(name, data)
+    return path
+
+
+def pin_entry(version: str, artifact: Path, released: str = "2026-01-02T03:04:05Z") -> str:
+    return textwrap.dedent(
+        f"""
+        [[pin]]
+        version = "{version}"
+        tag = "v{version}"
+        commit = ""
+        commit_verified = false
+        artifact = "{artifact.name}"
+        sha256 = "{sha256(artifact)}"
+        released = "{released}"
+        rocm_image = "lmsysorg/sglang:v{version}-rocm720-mi35x"
+        """
+    )
+
+
+def git(cwd: Path, *args: str, env: dict[str, str] | None = None) -> str:
+    full_env = {**os.environ, "GIT_CONFIG_GLOBAL": os.devnull, "GIT_CONFIG_NOSYSTEM": "1", **(env or {})}
+    return subprocess.run(["git", *args], cwd=cwd, env=full_env, check=True, capture_output=True, text=True).stdout
+
+
+AUTHOR_ENV = {
+    "GIT_AUTHOR_NAME": "Patch Author",
+    "GIT_AUTHOR_EMAIL": "author@example.com",
+    "GIT_AUTHOR_DATE": "2026-11-01T10:00:00+00:00",
+    "GIT_COMMITTER_NAME": "Patch Author",
+    "GIT_COMMITTER_EMAIL": "author@example.com",
+    "GIT_COMMITTER_DATE": "2026-11-01T10:00:00+00:00",
+}
+
+DEFAULT_TRAILERS = {
+    "Upstream-Status": "Pending",
+    "Origin": "sglpatch, written for this test",
+    "Witness": "tests/test_apply.py",
+    "Applies-To": ">=0.1",
+}
+
+
+def format_patch(
+    tmp: Path,
+    files: dict[str, str],
+    edits: dict[str, str | None],
+    subject: str,
+    trailers: dict[str, str] | None = None,
+    body: str = "Problem, cause and fix, in a few words.",
+) -> str:
+    """A real `git format-patch` of ``edits`` (path -> new text, None deletes) on ``files``."""
+    tmp.mkdir(parents=True, exist_ok=True)
+    repo = Path(tempfile.mkdtemp(dir=tmp, prefix="patch-src-"))
+    git(repo, "init", "-q")
+    for name, text in files.items():
+        target = repo / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(text)
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "base", env=AUTHOR_ENV)
+    for name, text in edits.items():
+        target = repo / name
+        if text is None:
+            target.unlink()
+        else:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_text(text)
+    git(repo, "add", "-A")
+    trailer_text = "\n".join(f"{key}: {value}" for key, value in {**DEFAULT_TRAILERS, **(trailers or {})}.items())
+    git(repo, "commit", "-q", "-m", f"{subject}\n\n{body}\n\n{trailer_text}\n", env=AUTHOR_ENV)
+    return git(repo, "format-patch", "-1", "--stdout", "--zero-commit")
+
+
+def tree_files(version: str) -> dict[str, str]:
+    """BASE_FILES as they sit in a pristine tree (python/...)."""
+    return {f"python/{name}": text.format(version=version) for name, text in BASE_FILES.items()}
+
+
+@dataclass
+class FakeProject:
+    root: Path
+    index: Path
+    versions: list[str]
+    patches: list[tuple[str, str]] = field(default_factory=list)
+
+    @property
+    def project(self) -> Project:
+        return Project(self.root)
+
+    def set_patches(self, patches: list[tuple[str, str]], renditions: dict[str, list[tuple[str, str]]] | None = None) -> None:
+        patches_dir = self.root / "patches"
+        for old in patches_dir.rglob("*.patch"):
+            old.unlink()
+        (patches_dir / "series").write_text("# test series\n" + "".join(f"{name}\n" for name, _ in patches))
+        for name, text in patches:
+            (patches_dir / name).write_text(text)
+        for stem, files in (renditions or {}).items():
+            folder = patches_dir / "renditions" / stem
+            folder.mkdir(parents=True, exist_ok=True)
+            for name, text in files:
+                (folder / name).write_text(text)
+
+
+@pytest.fixture
+def cache_dir(tmp_path, monkeypatch) -> Path:
+    path = tmp_path / "cache"
+    monkeypatch.setenv("SGLPATCH_CACHE_DIR", str(path))
+    monkeypatch.delenv("SGLPATCH_INDEX_URL", raising=False)
+    monkeypatch.delenv("SGLPATCH_OUT_DIR", raising=False)
+    return path
+
+
+@pytest.fixture
+def fake_project(tmp_path, cache_dir) -> FakeProject:
+    """A project with two small pins: 0.1.0 (sdist) and 0.2.0 (wheel), and an empty series."""
+    root = tmp_path / "project"
+    index = tmp_path / "index"
+    index.mkdir()
+    (root / "upstream").mkdir(parents=True)
+    (root / "patches").mkdir()
+    sdist = make_sdist(index, "0.1.0", BASE_FILES)
+    wheel = make_wheel(index, "0.2.0", BASE_FILES)
+    (root / "upstream" / "pins.toml").write_text(
+        f'index_url = "{index.as_uri()}"\n' + pin_entry("0.1.0", sdist) + pin_entry("0.2.0", wheel)
+    )
+    (root / "patches" / "series").write_text("# empty\n")
+    (root / "patches" / "CHANGELOG.md").write_text("# changelog\n\n## v1 — 2026-11-30\n\n- test\n")
+    return FakeProject(root=root, index=index, versions=["0.1.0", "0.2.0"])

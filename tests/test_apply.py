@@ -1,0 +1,271 @@
+"""Applying a series: classification, atomicity, the lock, and reproducible hashes."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+import pytest
+
+from conftest import format_patch, git, tree_files
+from sglpatch import apply as apply_module
+from sglpatch.project import apply_series
+
+EXAMPLE = "python/sglang/srt/layers/example.py"
+KERNEL = "python/sglang/jit_kernel/csrc/kernel.cuh"
+
+
+def _lines(replace: dict[int, str] | None = None, insert_top: int = 0) -> str:
+    lines = [f"line {n}\n" for n in range(1, 41)]
+    for number, text in (replace or {}).items():
+        lines[number - 1] = text
+    return "".join([f"new top {n}\n" for n in range(insert_top)] + lines)
+
+
+def _guard_patch(tmp_path, version="0.1.0", **kwargs):
+    files = tree_files(version)
+    guarded = files[KERNEL].replace(
+        "#include <cuda_runtime.h>\n", "#ifndef USE_ROCM\n#include <cuda_runtime.h>\n#endif\n"
+    )
+    return format_patch(tmp_path, files, {KERNEL: guarded}, "jit_kernel: guard the CUDA runtime include", **kwargs)
+
+
+def _example_patch(tmp_path, line=20, text="line twenty, patched\n", **kwargs):
+    files = tree_files("0.1.0")
+    return format_patch(tmp_path, files, {EXAMPLE: _lines({line: text})}, f"example: patch line {line}", **kwargs)
+
+
+def _outcomes(report, version):
+    result = next(r for r in report.results if r.version == version)
+    return {outcome.name: outcome for outcome in result.patches}, result
+
+
+def _head_and_files(tree):
+    return git(tree, "rev-parse", "HEAD").strip(), git(tree, "status", "--porcelain").strip(), (tree / EXAMPLE).read_text()
+
+
+def test_clean_patches_apply_as_one_commit_each_on_every_pin(fake_project, tmp_path):
+    fake_project.set_patches([("0001-guard.patch", _guard_patch(tmp_path)), ("0002-example.patch", _example_patch(tmp_path))])
+    report = apply_series(fake_project.project)
+    assert report.ok, report.to_json()
+    for version in fake_project.versions:
+        outcomes, result = _outcomes(report, version)
+        assert [o.status for o in outcomes.values()] == ["applied", "applied"]
+        tree = fake_project.root / "build" / "trees" / version
+        log = git(tree, "log", "--format=%s", "pristine..sglpatch").splitlines()
+        assert log == ["example: patch line 20", "jit_kernel: guard the CUDA runtime include"]
+        assert "#ifndef USE_ROCM" in (tree / KERNEL).read_text()
+        assert git(tree, "status", "--porcelain").strip() == ""
+        assert result.tree_path == str(tree)
+
+
+def test_commits_equal_what_plain_git_am_makes_with_the_same_committer(fake_project, tmp_path):
+    patch = _guard_patch(tmp_path)
+    fake_project.set_patches([("0001-guard.patch", patch)])
+    report = apply_series(fake_project.project)
+    _, result = _outcomes(report, "0.1.0")
+    tree = fake_project.root / "build" / "trees" / "0.1.0"
+    scratch = tmp_path / "am"
+    git(tmp_path, "clone", "-q", str(tree), str(scratch))
+    git(scratch, "checkout", "-q", "-b", "am", result.pristine)
+    env = {"GIT_COMMITTER_NAME": "sglpatch", "GIT_COMMITTER_EMAIL": "sglpatch@localhost"}
+    git(scratch, "am", "-q", "--committer-date-is-author-date", str(fake_project.root / "patches" / "0001-guard.patch"), env=env)
+    assert git(scratch, "rev-parse", "HEAD").strip() == result.commit
+
+
+def test_results_reproduce_bit_for_bit_in_a_fresh_cache_and_output(fake_project, tmp_path, monkeypatch):
+    fake_project.set_patches([("0001-guard.patch", _guard_patch(tmp_path))])
+    first = apply_series(fake_project.project)
+    lock_before = (fake_project.root / "series.lock").read_text()
+    monkeypatch.setenv("SGLPATCH_CACHE_DIR", str(tmp_path / "cache2"))
+    second = apply_series(fake_project.project, out_dir=tmp_path / "elsewhere")
+    assert [r.commit for r in first.results] == [r.commit for r in second.results]
+    assert [r.lock for r in second.results] == ["matches", "matches"]
+    assert (fake_project.root / "series.lock").read_text() == lock_before
+
+
+def test_offset_hunks_are_classified_applied_with_offset(fake_project, tmp_path):
+    files = tree_files("0.1.0")
+    files[EXAMPLE] = _lines(insert_top=3)  # the patch was made on a file with 3 more lines on top
+    patch = format_patch(tmp_path, files, {EXAMPLE: _lines({20: "patched\n"}, insert_top=3)}, "example: offset")
+    fake_project.set_patches([("0001-offset.patch", patch)])
+    outcomes, _ = _outcomes(apply_series(fake_project.project), "0.1.0")
+    assert outcomes["0001-offset.patch"].status == "applied-with-offset"
+    assert "offset -3" in outcomes["0001-offset.patch"].detail
+
+
+def test_patch_already_in_the_pin_is_classified_already_upstream(fake_project, tmp_path):
+    files = tree_files("0.1.0")
+    files[KERNEL] = "#pragma once\n#include <algorithm>\n"
+    patch = format_patch(tmp_path, files, {KERNEL: tree_files("0.1.0")[KERNEL]}, "kernel: add include upstream has")
+    fake_project.set_patches([("0001-upstream.patch", patch)])
+    report = apply_series(fake_project.project)
+    outcomes, result = _outcomes(report, "0.1.0")
+    assert outcomes["0001-upstream.patch"].status == "already-upstream"
+    assert result.ok and result.commit == result.pristine
+
+
+def test_conflict_names_the_file_and_shows_the_hunk_and_refuses_fuzz(fake_project, tmp_path):
+    files = tree_files("0.1.0")
+    files[EXAMPLE] = _lines({19: "a line upstream changed\n"})  # one context line differs: fuzz would take it
+    patch = format_patch(tmp_path, files, {EXAMPLE: _lines({19: "a line upstream changed\n", 20: "patched\n"})}, "example: conflict")
+    fake_project.set_patches([("0001-conflict.patch", patch)])
+    report = apply_series(fake_project.project)
+    outcomes, result = _outcomes(report, "0.1.0")
+    outcome = outcomes["0001-conflict.patch"]
+    assert outcome.status == "conflict"
+    assert f"hunk 1 of {EXAMPLE}" in outcome.detail
+    assert "+patched" in outcome.detail
+    assert not result.ok and not report.ok
+
+
+def test_patch_for_a_file_the_pin_lacks_is_missing_file(fake_project, tmp_path):
+    files = {**tree_files("0.1.0"), "python/sglang/moved/elsewhere.py": "x = 1\n"}
+    patch = format_patch(tmp_path, files, {"python/sglang/moved/elsewhere.py": "x = 2\n"}, "moved: edit")
+    fake_project.set_patches([("0001-moved.patch", patch)])
+    outcomes, result = _outcomes(apply_series(fake_project.project), "0.1.0")
+    assert outcomes["0001-moved.patch"].status == "missing-file"
+    assert "python/sglang/moved/elsewhere.py" in outcomes["0001-moved.patch"].detail
+    assert not result.ok
+
+
+def test_failure_leaves_the_tree_branch_and_lock_exactly_as_they_were(fake_project, tmp_path):
+    fake_project.set_patches([("0001-guard.patch", _guard_patch(tmp_path))])
+    assert apply_series(fake_project.project).ok
+    tree = fake_project.root / "build" / "trees" / "0.1.0"
+    before = _head_and_files(tree)
+    lock_before = (fake_project.root / "series.lock").read_text()
+    files = tree_files("0.1.0")
+    files[EXAMPLE] = _lines({19: "upstream\n"})
+    bad = format_patch(tmp_path, files, {EXAMPLE: _lines({19: "upstream\n", 20: "x\n"})}, "example: bad")
+    fake_project.set_patches(
+        [("0001-guard.patch", _guard_patch(tmp_path)), ("0002-example.patch", _example_patch(tmp_path)), ("0003-bad.patch", bad)]
+    )
+    report = apply_series(fake_project.project, ["0.1.0"])
+    assert not report.ok
+    assert _head_and_files(tree) == before
+    assert (fake_project.root / "series.lock").read_text() == lock_before
+    assert git(tree, "branch", "--list").split() == ["*", "sglpatch", "pristine"] or "sglpatch" in git(tree, "branch")
+
+
+def test_lock_mismatch_is_an_error_until_update_lock_accepts_it(fake_project, tmp_path):
+    fake_project.set_patches([("0001-example.patch", _example_patch(tmp_path))])
+    assert apply_series(fake_project.project).ok
+    tree = fake_project.root / "build" / "trees" / "0.1.0"
+    before = _head_and_files(tree)
+    fake_project.set_patches([("0001-example.patch", _example_patch(tmp_path, text="changed differently\n"))])
+    report = apply_series(fake_project.project)
+    _, result = _outcomes(report, "0.1.0")
+    assert result.lock == "mismatch" and "--update-lock" in result.error and "commit: locked" in result.error
+    assert _head_and_files(tree) == before
+    report = apply_series(fake_project.project, update_lock=True)
+    assert report.ok and {r.lock for r in report.results} == {"updated"}
+    assert "changed differently" in (tree / EXAMPLE).read_text()
+    lock = json.loads((fake_project.root / "series.lock").read_text())
+    assert lock["pins"]["0.1.0"]["commit"] == report.results[0].commit
+
+
+def test_apply_killed_half_way_changes_nothing_and_the_next_run_recovers(fake_project, tmp_path, monkeypatch):
+    fake_project.set_patches([("0001-guard.patch", _guard_patch(tmp_path))])
+    assert apply_series(fake_project.project).ok
+    tree = fake_project.root / "build" / "trees" / "0.1.0"
+    before = _head_and_files(tree)
+    fake_project.set_patches([("0001-guard.patch", _guard_patch(tmp_path)), ("0002-example.patch", _example_patch(tmp_path))])
+    real_commit = apply_module._commit
+    calls = []
+
+    def killed_after_first(*args, **kwargs):
+        if calls:
+            raise KeyboardInterrupt  # what a Ctrl-C or a signal does in the middle of the series
+        calls.append(1)
+        return real_commit(*args, **kwargs)
+
+    monkeypatch.setattr(apply_module, "_commit", killed_after_first)
+    with pytest.raises(KeyboardInterrupt):
+        apply_series(fake_project.project, ["0.1.0"])
+    assert _head_and_files(tree) == before
+    assert not list((tree / ".git").glob("sglpatch-index-*"))
+    monkeypatch.setattr(apply_module, "_commit", real_commit)
+    report = apply_series(fake_project.project, ["0.1.0"], update_lock=True)
+    assert report.ok
+    assert "line twenty, patched" in (tree / EXAMPLE).read_text()
+
+
+def test_apply_killed_while_moving_the_tree_is_finished_by_the_next_run(fake_project, tmp_path, monkeypatch):
+    fake_project.set_patches([("0001-guard.patch", _guard_patch(tmp_path))])
+    assert apply_series(fake_project.project).ok
+    tree = fake_project.root / "build" / "trees" / "0.1.0"
+    fake_project.set_patches([("0001-guard.patch", _guard_patch(tmp_path)), ("0002-example.patch", _example_patch(tmp_path))])
+    real_run_git = apply_module.run_git
+
+    def dies_in_reset(args, *rest, **kwargs):
+        if args[0] == "reset":
+            (tree / EXAMPLE).write_text("half-written\n")
+            raise KeyboardInterrupt
+        return real_run_git(args, *rest, **kwargs)
+
+    monkeypatch.setattr(apply_module, "run_git", dies_in_reset)
+    with pytest.raises(KeyboardInterrupt):
+        apply_series(fake_project.project, ["0.1.0"], update_lock=True)
+    monkeypatch.setattr(apply_module, "run_git", real_run_git)
+    report = apply_series(fake_project.project, ["0.1.0"], update_lock=True)
+    assert report.ok, report.to_json()
+    assert "line twenty, patched" in (tree / EXAMPLE).read_text()
+    assert git(tree, "status", "--porcelain").strip() == ""
+
+
+def test_local_changes_in_a_tree_are_never_overwritten(fake_project, tmp_path):
+    fake_project.set_patches([("0001-guard.patch", _guard_patch(tmp_path))])
+    assert apply_series(fake_project.project).ok
+    tree = fake_project.root / "build" / "trees" / "0.1.0"
+    (tree / EXAMPLE).write_text("my experiment\n")
+    fake_project.set_patches([("0001-example.patch", _example_patch(tmp_path))])
+    report = apply_series(fake_project.project, ["0.1.0"], update_lock=True)
+    assert not report.ok and "local changes" in report.results[0].error
+    assert (tree / EXAMPLE).read_text() == "my experiment\n"
+
+
+def test_renditions_are_selected_by_pin_version(fake_project, tmp_path):
+    old = _example_patch(tmp_path, text="for 0.1\n", trailers={"Applies-To": "<0.2"})
+    new = _example_patch(tmp_path, line=21, text="for 0.2\n", trailers={"Applies-To": ">=0.2"})
+    fake_project.set_patches([("0001-example.patch", old)], renditions={"0001-example": [("0.2.patch", new)]})
+    report = apply_series(fake_project.project)
+    assert report.ok
+    for version, text in (("0.1.0", "for 0.1"), ("0.2.0", "for 0.2")):
+        assert text in (fake_project.root / "build" / "trees" / version / EXAMPLE).read_text()
+    outcomes, _ = _outcomes(report, "0.2.0")
+    assert outcomes["0001-example.patch"].rendition.endswith("renditions/0001-example/0.2.patch")
+
+
+def test_pin_outside_every_rendition_is_not_applicable(fake_project, tmp_path):
+    fake_project.set_patches([("0001-example.patch", _example_patch(tmp_path, trailers={"Applies-To": "<0.2"}))])
+    outcomes, result = _outcomes(apply_series(fake_project.project), "0.2.0")
+    assert outcomes["0001-example.patch"].status == "not-applicable" and result.ok
+
+
+def test_warm_reapply_reuses_results_without_rebuilding(fake_project, tmp_path, monkeypatch):
+    fake_project.set_patches([("0001-guard.patch", _guard_patch(tmp_path))])
+    first = apply_series(fake_project.project)
+    monkeypatch.setattr(apply_module, "_apply_all", lambda *a, **k: pytest.fail("rebuilt on a warm run"))
+    second = apply_series(fake_project.project)
+    assert [r.commit for r in first.results] == [r.commit for r in second.results]
+
+
+def test_cli_apply_prints_the_table_and_writes_the_json_report(fake_project, tmp_path):
+    fake_project.set_patches([("0001-guard.patch", _guard_patch(tmp_path))])
+    run = subprocess.run(
+        ["python", "-m", "sglpatch", "--root", str(fake_project.root), "apply"], capture_output=True, text=True
+    )
+    assert run.returncode == 0, run.stderr
+    assert "sglang 0.1.0: ok" in run.stdout and "0001-guard.patch" in run.stdout and "applied" in run.stdout
+    data = json.loads((fake_project.root / "build" / "apply-report.json").read_text())
+    assert data["ok"] and data["pins"][0]["patches"][0]["status"] == "applied"
+    assert data["pins"][0]["tree_path"].endswith("build/trees/0.1.0")
+
+
+def test_cli_refuses_an_unknown_pin_by_name(fake_project):
+    run = subprocess.run(
+        ["python", "-m", "sglpatch", "--root", str(fake_project.root), "apply", "9.9.9"], capture_output=True, text=True
+    )
+    assert run.returncode == 2
+    assert "unknown pin 9.9.9" in run.stderr and "pins.toml" in run.stderr

@@ -1,0 +1,184 @@
+"""The series format and `sglpatch check`: every defect named with its file and line."""
+
+from __future__ import annotations
+
+import subprocess
+
+import pytest
+
+from conftest import format_patch, tree_files
+from sglpatch.check import check_series
+from sglpatch.errors import SglpatchError
+from sglpatch.project import apply_series
+from sglpatch.series import load_series, parse_patch_file
+
+EXAMPLE = "python/sglang/srt/layers/example.py"
+
+
+def _patch(tmp_path, **kwargs):
+    files = tree_files("0.1.0")
+    new = files[EXAMPLE].replace("line 20\n", "line 20 patched\n")
+    return format_patch(tmp_path, files, {EXAMPLE: new}, "example: patch line 20", **kwargs)
+
+
+def _problems(fake_project):
+    project = fake_project.project
+    return [str(p) for p in check_series(project.patches_dir, project.pins())]
+
+
+def _write_one(fake_project, text, name="0001-example.patch"):
+    fake_project.set_patches([(name, text)])
+    return fake_project.root / "patches" / name
+
+
+def test_trailers_are_read_as_git_reads_them(fake_project, tmp_path):
+    path = _write_one(fake_project, _patch(tmp_path, trailers={"Bug": "https://example.com/1"}))
+    patch = parse_patch_file(path)
+    assert patch.subject == "example: patch line 20"
+    assert patch.trailer("Upstream-Status") == "Pending"
+    assert patch.trailer("Bug") == "https://example.com/1"
+    assert str(patch.applies_to) == ">=0.1"
+    assert load_series(fake_project.root / "patches").version == "1"
+
+
+def test_a_clean_series_has_no_problems_and_plain_git_am_accepts_it(fake_project, tmp_path):
+    path = _write_one(fake_project, _patch(tmp_path))
+    assert _problems(fake_project) == []
+    work = tmp_path / "am-check"
+    work.mkdir()
+    for name, text in tree_files("0.1.0").items():
+        (work / name).parent.mkdir(parents=True, exist_ok=True)
+        (work / name).write_text(text)
+    env = {"GIT_CONFIG_GLOBAL": "/dev/null", "HOME": str(tmp_path), "PATH": "/usr/bin:/bin:/usr/local/bin"}
+    for args in (["init", "-q"], ["add", "-A"], ["-c", "user.name=a", "-c", "user.email=a@b", "commit", "-qm", "base"]):
+        subprocess.run(["git", *args], cwd=work, check=True, env=env)
+    subprocess.run(["git", "-c", "user.name=a", "-c", "user.email=a@b", "am", "-q", str(path)], cwd=work, check=True, env=env)
+
+
+@pytest.mark.parametrize(
+    "trailers, expected",
+    [
+        ({"Upstream-Status": "Sent upstream"}, "Upstream-Status 'Sent upstream' is not one of"),
+        ({"Upstream-Status": "Submitted"}, "Upstream-Status 'Submitted' is not one of"),
+        ({"Applies-To": "newest"}, "Applies-To 'newest' is not a PEP 440 specifier"),
+        ({"Applies-To": ">=9.0"}, "Applies-To >=9.0 matches no pin"),
+    ],
+)
+def test_bad_metadata_is_named_with_file_and_line(fake_project, tmp_path, trailers, expected):
+    path = _write_one(fake_project, _patch(tmp_path, trailers=trailers))
+    problems = _problems(fake_project)
+    assert any(p.startswith(f"{path}:") and expected in p for p in problems), problems
+    line = int(next(p for p in problems if expected in p).split(":")[1])
+    key = next(iter(trailers))
+    assert path.read_text().splitlines()[line - 1].startswith(f"{key}:")
+
+
+def test_missing_required_trailer_is_reported(fake_project, tmp_path):
+    text = _patch(tmp_path).replace("Witness: tests/test_apply.py\n", "")
+    _write_one(fake_project, text)
+    assert any("missing the Witness trailer" in p for p in _problems(fake_project))
+
+
+def test_wrong_hunk_count_is_reported_at_its_hunk_header(fake_project, tmp_path):
+    text = _patch(tmp_path)
+    header = next(line for line in text.splitlines() if line.startswith("@@"))
+    broken = text.replace(header, header.replace("+17,7", "+17,9"))
+    path = _write_one(fake_project, broken)
+    problems = _problems(fake_project)
+    line = broken.splitlines().index(header.replace("+17,7", "+17,9")) + 1
+    assert f"{path}:{line}: hunk 1 of {EXAMPLE}" in "\n".join(problems), problems
+
+
+def test_hunk_longer_than_its_header_is_reported(fake_project, tmp_path):
+    text = _patch(tmp_path)
+    header = next(line for line in text.splitlines() if line.startswith("@@"))
+    broken = text.replace(header, header.replace("-17,7 +17,7", "-17,5 +17,5"))
+    _write_one(fake_project, broken)
+    assert any("hunk 1 of" in p for p in _problems(fake_project))
+
+
+def test_truncated_patch_is_reported(fake_project, tmp_path):
+    text = _patch(tmp_path)
+    cut = text[: text.index("@@")]
+    path = _write_one(fake_project, cut)
+    assert any(p.startswith(f"{path}:") and "no hunks" in p for p in _problems(fake_project))
+
+
+def test_garbled_patch_is_reported(fake_project, tmp_path):
+    path = _write_one(fake_project, "this is not a patch\n")
+    assert any(p.startswith(f"{path}:1:") and "not a git format-patch" in p for p in _problems(fake_project))
+
+
+@pytest.mark.parametrize(
+    "old, new, expected",
+    [
+        (f"a/{EXAMPLE}", "a/../../etc/passwd", "paths with '..' are refused"),
+        (f"b/{EXAMPLE}", "/etc/passwd", "absolute paths are refused"),
+    ],
+)
+def test_unsafe_paths_are_refused_by_check_and_apply(fake_project, tmp_path, old, new, expected):
+    text = _patch(tmp_path).replace(old, new)
+    _write_one(fake_project, text)
+    assert any(expected in p for p in _problems(fake_project))
+    report = apply_series(fake_project.project)
+    assert not report.ok and all(expected in r.error for r in report.results)
+    assert not (fake_project.root / "build" / "trees" / "0.1.0" / "python").exists()
+
+
+def test_binary_patch_is_refused(fake_project, tmp_path):
+    files = tree_files("0.1.0")
+    repo_text = format_patch(tmp_path, files, {"python/sglang/blob.bin": "placeholder"}, "add a blob")
+    binary = repo_text.split("diff --git")[0] + (
+        "diff --git a/python/sglang/blob.bin b/python/sglang/blob.bin\n"
+        "new file mode 100644\nindex 0000000..1111111\nGIT binary patch\nliteral 3\nKcmZQzWMT#Y01f~L\n\nliteral 0\nHcmV?d00001\n\n-- \n2.39.5\n"
+    )
+    _write_one(fake_project, binary)
+    assert any("binary patch" in p for p in _problems(fake_project))
+    report = apply_series(fake_project.project)
+    assert not report.ok and "binary patch" in report.results[0].error
+
+
+def test_patch_through_a_symlink_in_the_tree_is_refused(fake_project, tmp_path):
+    import tarfile
+
+    from conftest import BASE_FILES, make_sdist, pin_entry
+
+    link = tarfile.TarInfo("sglang-0.3.0/sglang/linked")
+    link.type, link.linkname = tarfile.SYMTYPE, "srt"
+    artifact = make_sdist(fake_project.index, "0.3.0", BASE_FILES, extra=[link])
+    pins = fake_project.root / "upstream" / "pins.toml"
+    pins.write_text(pins.read_text() + pin_entry("0.3.0", artifact))
+    files = {**tree_files("0.1.0"), "python/sglang/linked/layers/example.py": tree_files("0.1.0")[EXAMPLE]}
+    text = format_patch(
+        tmp_path, files, {"python/sglang/linked/layers/example.py": files[EXAMPLE].replace("line 3\n", "x\n")}, "via link"
+    )
+    _write_one(fake_project, text)
+    report = apply_series(fake_project.project, ["0.3.0"])
+    assert not report.ok and "goes through the symbolic link python/sglang/linked" in report.results[0].error
+
+
+def test_overlapping_renditions_and_stray_files_are_reported(fake_project, tmp_path):
+    fake_project.set_patches(
+        [("0001-example.patch", _patch(tmp_path))],
+        renditions={"0001-example": [("new.patch", _patch(tmp_path, trailers={"Applies-To": ">=0.2"}))]},
+    )
+    (fake_project.root / "patches" / "9999-stray.patch").write_text(_patch(tmp_path))
+    problems = "\n".join(_problems(fake_project))
+    assert "both claim pin 0.2.0" in problems
+    assert "9999-stray.patch:1: not listed in series" in problems
+
+
+def test_series_entry_that_does_not_exist_is_reported_at_its_line(fake_project):
+    (fake_project.root / "patches" / "series").write_text("# comment\n\n0001-missing.patch\n")
+    assert any(p.endswith("series:3: 0001-missing.patch does not exist") for p in _problems(fake_project))
+    with pytest.raises(SglpatchError, match="series:3: 0001-missing.patch does not exist"):
+        load_series(fake_project.root / "patches")
+
+
+def test_cli_check_exits_non_zero_and_prints_each_problem(fake_project, tmp_path):
+    _write_one(fake_project, _patch(tmp_path, trailers={"Upstream-Status": "Done"}))
+    run = subprocess.run(
+        ["python", "-m", "sglpatch", "--root", str(fake_project.root), "check"], capture_output=True, text=True
+    )
+    assert run.returncode == 1
+    assert "Upstream-Status 'Done' is not one of" in run.stdout and "1 problem(s)" in run.stdout
