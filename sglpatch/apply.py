@@ -16,7 +16,9 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import io
 import re
+import tarfile
 import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -30,6 +32,8 @@ from sglpatch.lock import check_entry
 from sglpatch.pins import Pin
 from sglpatch.series import RENDITIONS_DIR, PatchFile, Series
 from sglpatch.sources import PRISTINE_REF, Pristine
+from sglpatch import witnesses
+from sglpatch.witnesses import BUG, CLEAN, UNAVAILABLE, WitnessResult
 
 BRANCH = "sglpatch"
 UPDATING_MARKER = "sglpatch-updating"
@@ -41,7 +45,9 @@ ALREADY_UPSTREAM = "already-upstream"
 CONFLICT = "conflict"
 MISSING_FILE = "missing-file"
 NOT_APPLICABLE = "not-applicable"
-FAILURES = (CONFLICT, MISSING_FILE)
+NOT_NEEDED = "not-needed"
+WITNESS_FAILED = "witness-failed"
+FAILURES = (CONFLICT, MISSING_FILE, WITNESS_FAILED)
 
 _OFFSET_RE = re.compile(r"Hunk #(\d+) succeeded at (\d+) \(offset (-?\d+) lines?\)")
 _FAILED_AT_RE = re.compile(r"error: patch failed: (.+):(\d+)")
@@ -54,6 +60,9 @@ class PatchOutcome:
     rendition: str = ""
     commit: str = ""
     detail: str = ""
+    needed: bool | None = None  # None: no witness could tell
+    witness_before: str = ""
+    witness_after: str = ""
 
 
 @dataclass
@@ -89,15 +98,21 @@ def apply_pin(
     lock_path: Path,
     *,
     update_lock: bool = False,
+    run_witnesses: bool = True,
 ) -> PinResult:
-    """Apply ``series`` to ``pin``; on any failure the pin's tree is left as it was."""
+    """Apply ``series`` to ``pin``; on any failure the pin's tree is left as it was.
+
+    With ``run_witnesses``, each patch's witness runs on the pristine tree first: a patch whose bug
+    is absent there is ``not-needed`` and is not applied; after the series, every witness of an
+    applied patch must pass on the patched tree.
+    """
     tree_path = out_dir / pin.version
     result = PinResult(version=pin.version, tree_path=str(tree_path), pristine=pristine.commit)
     with cache.entry_lock(tree_path):
         try:
             _ensure_repo(tree_path, pristine)
             _check_clean(tree_path)
-            _build(tree_path, pin, series, pristine, result)
+            _build(tree_path, pin, series, pristine, result, run_witnesses)
             if any(outcome.status in FAILURES for outcome in result.patches):
                 result.error = "; ".join(
                     f"{o.name}: {o.status}" for o in result.patches if o.status in FAILURES
@@ -173,16 +188,19 @@ def _move_branch(tree_path: Path, commit: str) -> None:
 # -- building the commits -----------------------------------------------------------------------
 
 
-def _inputs_key(pristine: Pristine, renditions: list[tuple[str, PatchFile | None]]) -> str:
-    digest = hashlib.sha256(f"sglpatch-apply-1\0{pristine.commit}\0".encode())
+def _inputs_key(pristine: Pristine, renditions: list[tuple[str, PatchFile | None]], run_witnesses: bool) -> str:
+    versions = sorted(f"{w.name}-{w.version}" for w in witnesses.registry().values()) if run_witnesses else []
+    digest = hashlib.sha256(f"sglpatch-apply-2\0{pristine.commit}\0{versions}\0".encode())
     for name, rendition in renditions:
         digest.update(name.encode() + b"\0" + (rendition.raw if rendition else b"-") + b"\0")
     return digest.hexdigest()
 
 
-def _build(tree_path: Path, pin: Pin, series: Series, pristine: Pristine, result: PinResult) -> None:
+def _build(
+    tree_path: Path, pin: Pin, series: Series, pristine: Pristine, result: PinResult, run_witnesses: bool
+) -> None:
     selected = [(patch.name, patch.for_version(pin.version)) for patch in series.patches]
-    key = _inputs_key(pristine, selected)
+    key = _inputs_key(pristine, selected, run_witnesses)
     memo = tree_path / ".git" / RESULTS_DIR / f"{key}.json"
     if memo.exists():
         saved = json.loads(memo.read_text())
@@ -196,7 +214,7 @@ def _build(tree_path: Path, pin: Pin, series: Series, pristine: Pristine, result
             problems = diffs.diff_problems(rendition)
             if problems:
                 raise SglpatchError("; ".join(str(problem) for problem in problems))
-    _apply_all(tree_path, pin, pristine, selected, result)
+    _apply_all(tree_path, pin, pristine, selected, result, run_witnesses)
     if not any(outcome.status in FAILURES for outcome in result.patches):
         memo.parent.mkdir(exist_ok=True)
         memo.write_text(
@@ -212,6 +230,38 @@ def _apply_all(
     pristine: Pristine,
     selected: list[tuple[str, PatchFile | None]],
     result: PinResult,
+    run_witnesses: bool,
+) -> None:
+    checks = {
+        name: witnesses.witness_for(rendition.trailer("Witness"), str(rendition.path))
+        for name, rendition in selected
+        if rendition is not None and run_witnesses
+    }
+    with _Checkouts(tree_path) as checkouts:
+        before = {
+            name: witnesses.run_cached(witness, _tree_of(tree_path, pristine.commit), None, pin, lambda: checkouts.get(pristine.commit))
+            for name, witness in checks.items()
+            if witness is not None
+        }
+        _apply_commits(tree_path, pin, pristine, selected, result, before)
+        for outcome in result.patches:
+            witness = checks.get(outcome.name)
+            if witness is None or outcome.status in (NOT_NEEDED, NOT_APPLICABLE, *FAILURES):
+                continue
+            after = witnesses.run_cached(witness, result.tree, None, pin, lambda: checkouts.get(result.commit))
+            outcome.witness_after = after.summary()
+            if after.state == BUG:
+                outcome.status = WITNESS_FAILED
+                outcome.detail = f"witness {witness.name} still finds the bug after the series: {after.detail}"
+
+
+def _apply_commits(
+    tree_path: Path,
+    pin: Pin,
+    pristine: Pristine,
+    selected: list[tuple[str, PatchFile | None]],
+    result: PinResult,
+    before: dict[str, WitnessResult],
 ) -> None:
     git_dir = tree_path / ".git"
     fd, index_name = tempfile.mkstemp(dir=git_dir, prefix="sglpatch-index-")
@@ -226,7 +276,27 @@ def _apply_all(
             if rendition is None:
                 result.patches.append(PatchOutcome(name, NOT_APPLICABLE, detail=f"no rendition for {pin.version}"))
                 continue
+            witnessed = before.get(name)
+            if witnessed is not None and witnessed.state == CLEAN:
+                same = _reverse_applies(tree_path, env, rendition)
+                how = "the patch reverse-applies: upstream has this change" if same else "upstream fixed it differently"
+                result.patches.append(
+                    PatchOutcome(
+                        name,
+                        NOT_NEEDED,
+                        rendition=str(rendition.path),
+                        detail=f"fixed upstream: witness {witnessed.witness} passes on the pristine tree; {how}",
+                        needed=False,
+                        witness_before=witnessed.summary(),
+                    )
+                )
+                continue
             outcome = _apply_one(tree_path, env, modes, name, rendition, parent)
+            if witnessed is not None:
+                outcome.witness_before = witnessed.summary()
+                outcome.needed = True if witnessed.state == BUG else None
+                if witnessed.state == UNAVAILABLE:
+                    outcome.detail = (outcome.detail + "\n" if outcome.detail else "") + f"witness unavailable: {witnessed.detail}"
             result.patches.append(outcome)
             if outcome.commit:
                 parent = outcome.commit
@@ -235,6 +305,34 @@ def _apply_all(
         result.tree = git_out(["rev-parse", f"{parent}^{{tree}}"], tree_path)
     finally:
         Path(index_name).unlink(missing_ok=True)
+
+
+def _tree_of(tree_path: Path, commit: str) -> str:
+    return git_out(["rev-parse", f"{commit}^{{tree}}"], tree_path)
+
+
+class _Checkouts:
+    """Commits checked out on demand (for witnesses) in private folders, removed afterwards."""
+
+    def __init__(self, tree_path: Path):
+        self.tree_path = tree_path
+        self.folders: dict[str, Path] = {}
+
+    def __enter__(self) -> "_Checkouts":
+        return self
+
+    def get(self, commit: str) -> Path:
+        if commit not in self.folders:
+            folder = Path(tempfile.mkdtemp(dir=self.tree_path / ".git", prefix="sglpatch-witness-"))
+            archive = run_git(["archive", "--format=tar", commit], self.tree_path).stdout
+            with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
+                tar.extractall(folder, filter="data")
+            self.folders[commit] = folder
+        return self.folders[commit]
+
+    def __exit__(self, *exc) -> None:
+        for folder in self.folders.values():
+            cache.remove(folder)
 
 
 def _tree_modes(tree_path: Path, commit: str) -> dict[str, str]:
@@ -278,14 +376,7 @@ def _apply_one(
         else:
             outcome.status = APPLIED
         return outcome
-    reverse = run_git(
-        ["apply", "--cached", "--check", "--reverse", "--whitespace=nowarn", "-"],
-        tree_path,
-        env=env,
-        input=diff,
-        check=False,
-    )
-    if reverse.returncode == 0:
+    if _reverse_applies(tree_path, env, rendition):
         outcome.status = ALREADY_UPSTREAM
         outcome.detail = "the patch reverse-applies: upstream already has it"
         return outcome
@@ -296,6 +387,17 @@ def _apply_one(
     outcome.status = CONFLICT
     outcome.detail = _conflict_detail(where, patch_set, forward.stderr.decode())
     return outcome
+
+
+def _reverse_applies(tree_path: Path, env: dict[str, str], rendition: PatchFile) -> bool:
+    reverse = run_git(
+        ["apply", "--cached", "--check", "--reverse", "--whitespace=nowarn", "-"],
+        tree_path,
+        env=env,
+        input=rendition.diff_text.encode(),
+        check=False,
+    )
+    return reverse.returncode == 0
 
 
 def _display_name(rendition: PatchFile) -> str:

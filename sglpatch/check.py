@@ -7,7 +7,7 @@ from pathlib import Path
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import Version
 
-from sglpatch import diffs
+from sglpatch import diffs, witnesses
 from sglpatch.errors import SglpatchError
 from sglpatch.pins import Pins
 from sglpatch.series import (
@@ -90,6 +90,12 @@ def _metadata_problems(patch: PatchFile) -> list[Problem]:
             problems.append(
                 Problem(patch.path, patch.trailer_lines.get("applies-to", 1), f"Applies-To {spec!r} is not a PEP 440 specifier")
             )
+    witness = patch.trailer("Witness")
+    if witness:
+        try:
+            witnesses.witness_for(witness, str(patch.path))
+        except SglpatchError as exc:
+            problems.append(Problem(patch.path, patch.trailer_lines.get("witness", 1), str(exc).split(": ", 1)[1]))
     for key in ("Witness", "Origin"):
         value = patch.trailer(key)
         if value is not None and not value:

@@ -10,7 +10,7 @@ from sglpatch import sources
 from sglpatch.check import check_series
 from sglpatch.errors import SglpatchError
 from sglpatch.project import Project, apply_series
-from sglpatch.report import render_apply
+from sglpatch.report import render_apply, render_witnesses
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -35,7 +35,17 @@ def _parser() -> argparse.ArgumentParser:
     apply.add_argument("--out", type=Path, help="where trees and the report go (default: build/)")
     apply.add_argument("--git-url", help="take pristine trees from this git remote or mirror, not the index")
     apply.add_argument("--json", type=Path, help="also write the JSON report here")
+    apply.add_argument(
+        "--no-witnesses",
+        action="store_true",
+        help="classify by text alone (apply/reverse-apply), without running the patches' witnesses",
+    )
     apply.set_defaults(func=_apply)
+
+    witness = sub.add_parser("witness", help="run each patch's witness on pins, pristine and patched")
+    witness.add_argument("pins", nargs="*", help="pin versions (default: all)")
+    witness.add_argument("--out", type=Path, help="where trees and the report go (default: build/)")
+    witness.set_defaults(func=_witness)
 
     check = sub.add_parser("check", help="lint the series, patches, trailers and renditions")
     check.set_defaults(func=_check)
@@ -58,9 +68,16 @@ def _apply(project: Project, args: argparse.Namespace) -> int:
         out_dir=args.out,
         git_url=args.git_url,
         report_path=args.json,
+        run_witnesses=not args.no_witnesses,
     )
     where = args.json or (args.out or project.build_dir) / "apply-report.json"
     print(render_apply(report, str(where)))
+    return 0 if report.ok else 1
+
+
+def _witness(project: Project, args: argparse.Namespace) -> int:
+    report = apply_series(project, args.pins, out_dir=args.out)
+    print(render_witnesses(report))
     return 0 if report.ok else 1
 
 

@@ -86,6 +86,7 @@ def apply_series(
     out_dir: Path | None = None,
     git_url: str | None = None,
     report_path: Path | None = None,
+    run_witnesses: bool = True,
 ) -> ApplyReport:
     """Apply the series to the named pins (all by default), each independently."""
     pins = project.pins()
@@ -103,7 +104,11 @@ def apply_series(
         except SglpatchError as exc:
             results.append(PinResult(version=pin.version, tree_path=str(trees / pin.version), error=str(exc)))
             continue
-        results.append(apply_pin(pin, series, pristine, trees, project.lock_file, update_lock=update_lock))
+        results.append(
+            apply_pin(
+                pin, series, pristine, trees, project.lock_file, update_lock=update_lock, run_witnesses=run_witnesses
+            )
+        )
     report = ApplyReport(series.version, series.digest(), results)
     destination = report_path or (out_dir or project.build_dir) / "apply-report.json"
     destination.parent.mkdir(parents=True, exist_ok=True)

@@ -14,7 +14,9 @@ def render_apply(report: ApplyReport, report_path: str = "") -> str:
             width = max(len(outcome.name) for outcome in result.patches)
             for outcome in result.patches:
                 commit = outcome.commit[:12] if outcome.commit else "-"
-                lines.append(f"  {outcome.name:<{width}}  {outcome.status:<19}  {commit}")
+                needed = {True: "needed", False: "not needed", None: "needed ?"}[outcome.needed]
+                witness = f"witness {outcome.witness_before or '-'} -> {outcome.witness_after or '-'}"
+                lines.append(f"  {outcome.name:<{width}}  {outcome.status:<19}  {commit:<12}  {needed:<10}  {witness}")
                 for detail in outcome.detail.splitlines() if outcome.status not in ("applied",) else []:
                     lines.append(f"      {detail}")
         else:
@@ -26,4 +28,17 @@ def render_apply(report: ApplyReport, report_path: str = "") -> str:
         lines.append("")
     if report_path:
         lines.append(f"report: {report_path}")
+    return "\n".join(lines)
+
+
+def render_witnesses(report: ApplyReport) -> str:
+    """One line per (pin, patch): the witness on the pristine tree and on the patched tree."""
+    lines = ["pin           patch                                              pristine -> patched   result"]
+    for result in report.results:
+        for outcome in result.patches:
+            before = outcome.witness_before or "-"
+            after = outcome.witness_after or ("= pristine" if outcome.status == "not-needed" else "-")
+            lines.append(f"{result.version:<13} {outcome.name[:50]:<50} {before} -> {after}   {outcome.status}")
+        if result.error:
+            lines.append(f"{result.version:<13} error: {result.error}")
     return "\n".join(lines)

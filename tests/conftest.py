@@ -19,7 +19,9 @@ from pathlib import Path
 
 import pytest
 
+from sglpatch import witnesses
 from sglpatch.project import Project
+from sglpatch.witnesses import BUG, CLEAN, UNAVAILABLE, WitnessResult
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -105,7 +107,7 @@ AUTHOR_ENV = {
 DEFAULT_TRAILERS = {
     "Upstream-Status": "Pending",
     "Origin": "sglpatch, written for this test",
-    "Witness": "tests/test_apply.py",
+    "Witness": "fixture-unwitnessed",
     "Applies-To": ">=0.1",
 }
 
@@ -196,3 +198,45 @@ def fake_project(tmp_path, cache_dir) -> FakeProject:
     (root / "patches" / "series").write_text("# empty\n")
     (root / "patches" / "CHANGELOG.md").write_text("# changelog\n\n## v1 — 2026-11-30\n\n- test\n")
     return FakeProject(root=root, index=index, versions=["0.1.0", "0.2.0"])
+
+
+class TextWitness:
+    """A test witness: the bug is "fixed" when ``needle`` is in ``path`` of the tree."""
+
+    version = "1"
+
+    def __init__(self, name: str, path: str, needle: str):
+        self.name, self.path, self.needle = name, path, needle
+        self.runs: list[Path] = []
+
+    def run(self, tree: Path, pin) -> WitnessResult:
+        self.runs.append(tree)
+        text = (tree / self.path).read_text() if (tree / self.path).exists() else ""
+        return WitnessResult(self.name, CLEAN if self.needle in text else BUG, "text", f"{self.needle!r} in {self.path}")
+
+
+class UnwitnessedFixture:
+    """The default witness of test patches that test the text machinery only: it cannot tell."""
+
+    name = "fixture-unwitnessed"
+    version = "1"
+
+    def run(self, tree: Path, pin) -> WitnessResult:
+        return WitnessResult(self.name, UNAVAILABLE, detail="a test patch without a real witness")
+
+
+TEST_WITNESSES = {
+    "fixture-unwitnessed": UnwitnessedFixture(),
+    "guard-text": TextWitness("guard-text", "python/sglang/jit_kernel/csrc/kernel.cuh", "#ifndef USE_ROCM"),
+}
+_real_registry = witnesses.registry
+
+
+@pytest.fixture(autouse=True)
+def test_witnesses(monkeypatch):
+    """The real witnesses plus the test ones, for projects made in the tests."""
+    for witness in TEST_WITNESSES.values():
+        if hasattr(witness, "runs"):
+            witness.runs.clear()
+    monkeypatch.setattr(witnesses, "registry", lambda: {**_real_registry(), **TEST_WITNESSES})
+    return TEST_WITNESSES

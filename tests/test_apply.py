@@ -252,7 +252,8 @@ def test_warm_reapply_reuses_results_without_rebuilding(fake_project, tmp_path, 
 
 
 def test_cli_apply_prints_the_table_and_writes_the_json_report(fake_project, tmp_path):
-    fake_project.set_patches([("0001-guard.patch", _guard_patch(tmp_path))])
+    # A real witness: the CLI runs in its own process, without the test witnesses.
+    fake_project.set_patches([("0001-guard.patch", _guard_patch(tmp_path, trailers={"Witness": "rocm-guard"}))])
     run = subprocess.run(
         ["python", "-m", "sglpatch", "--root", str(fake_project.root), "apply"], capture_output=True, text=True
     )
@@ -269,3 +270,46 @@ def test_cli_refuses_an_unknown_pin_by_name(fake_project):
     )
     assert run.returncode == 2
     assert "unknown pin 9.9.9" in run.stderr and "pins.toml" in run.stderr
+
+
+def test_patch_whose_bug_is_absent_on_the_pin_is_not_needed_and_not_applied(fake_project, tmp_path, test_witnesses):
+    files = tree_files("0.1.0")
+    guarded = files[KERNEL].replace("#include <cuda_runtime.h>\n", "#ifndef USE_ROCM\n#include <cuda_runtime.h>\n#endif\n")
+    # Upstream fixed it differently on 0.2.0: the text differs, so only the witness can tell.
+    wheel_files = {name: text for name, text in __import__("conftest").BASE_FILES.items()}
+    wheel_files["sglang/jit_kernel/csrc/kernel.cuh"] = "#pragma once\n#ifndef USE_ROCM // upstream's way\n#include <cuda_runtime.h>\n#endif\n\nvoid f();\n"
+    from conftest import make_wheel, pin_entry
+
+    artifact = make_wheel(fake_project.index, "0.2.0", wheel_files)
+    pins = fake_project.root / "upstream" / "pins.toml"
+    text = pins.read_text()
+    pins.write_text(text[: text.index("[[pin]]", text.index("0.1.0"))] + pin_entry("0.2.0", artifact))
+    patch = format_patch(tmp_path, files, {KERNEL: guarded}, "kernel: guard", trailers={"Witness": "guard-text"})
+    fake_project.set_patches([("0001-guard.patch", patch)])
+    report = apply_series(fake_project.project)
+    assert report.ok, report.to_json()
+    old, _ = _outcomes(report, "0.1.0")
+    new, result = _outcomes(report, "0.2.0")
+    assert (old["0001-guard.patch"].status, old["0001-guard.patch"].needed) == ("applied", True)
+    assert old["0001-guard.patch"].witness_before.startswith("bug") and old["0001-guard.patch"].witness_after.startswith("clean")
+    assert (new["0001-guard.patch"].status, new["0001-guard.patch"].needed) == ("not-needed", False)
+    assert "fixed upstream" in new["0001-guard.patch"].detail
+    assert result.commit == result.pristine
+
+
+def test_patch_that_does_not_fix_its_bug_fails_the_pin(fake_project, tmp_path):
+    patch = _example_patch(tmp_path, trailers={"Witness": "guard-text"})  # touches another file
+    fake_project.set_patches([("0001-example.patch", patch)])
+    report = apply_series(fake_project.project, ["0.1.0"])
+    outcomes, result = _outcomes(report, "0.1.0")
+    assert outcomes["0001-example.patch"].status == "witness-failed"
+    assert not result.ok and not (fake_project.root / "build" / "trees" / "0.1.0" / EXAMPLE).exists()
+
+
+def test_witness_answers_are_cached_by_tree(fake_project, tmp_path, test_witnesses):
+    fake_project.set_patches([("0001-guard.patch", _guard_patch(tmp_path, trailers={"Witness": "guard-text"}))])
+    apply_series(fake_project.project, ["0.1.0"])
+    runs = len(test_witnesses["guard-text"].runs)
+    assert runs == 2  # pristine and patched
+    apply_series(fake_project.project, ["0.1.0"], out_dir=tmp_path / "other")
+    assert len(test_witnesses["guard-text"].runs) == runs

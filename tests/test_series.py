@@ -73,8 +73,14 @@ def test_bad_metadata_is_named_with_file_and_line(fake_project, tmp_path, traile
     assert path.read_text().splitlines()[line - 1].startswith(f"{key}:")
 
 
+def test_unknown_witness_is_reported(fake_project, tmp_path):
+    path = _write_one(fake_project, _patch(tmp_path, trailers={"Witness": "no-such-check"}))
+    problems = _problems(fake_project)
+    assert any(p.startswith(f"{path}:") and "unknown witness 'no-such-check'" in p for p in problems), problems
+
+
 def test_missing_required_trailer_is_reported(fake_project, tmp_path):
-    text = _patch(tmp_path).replace("Witness: tests/test_apply.py\n", "")
+    text = _patch(tmp_path).replace("Witness: fixture-unwitnessed\n", "")
     _write_one(fake_project, text)
     assert any("missing the Witness trailer" in p for p in _problems(fake_project))
 
@@ -176,7 +182,7 @@ def test_series_entry_that_does_not_exist_is_reported_at_its_line(fake_project):
 
 
 def test_cli_check_exits_non_zero_and_prints_each_problem(fake_project, tmp_path):
-    _write_one(fake_project, _patch(tmp_path, trailers={"Upstream-Status": "Done"}))
+    _write_one(fake_project, _patch(tmp_path, trailers={"Upstream-Status": "Done", "Witness": "rocm-guard"}))
     run = subprocess.run(
         ["python", "-m", "sglpatch", "--root", str(fake_project.root), "check"], capture_output=True, text=True
     )
