@@ -9,6 +9,8 @@ from pathlib import Path
 from sglpatch import sources
 from sglpatch.check import check_series
 from sglpatch.errors import SglpatchError
+from sglpatch.profile import load_profile
+from sglpatch.quark_config import add_mtp_aliases
 from sglpatch.project import Project, apply_series
 from sglpatch.report import render_apply, render_witnesses
 
@@ -17,7 +19,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
     try:
-        project = Project.find(args.root)
+        needs_project = args.func not in (_quark_mtp_exclude, _profile)
+        project = Project.find(args.root) if needs_project else None
         return args.func(project, args)
     except SglpatchError as exc:
         print(f"sglpatch: error: {exc}", file=sys.stderr)
@@ -46,6 +49,19 @@ def _parser() -> argparse.ArgumentParser:
     witness.add_argument("pins", nargs="*", help="pin versions (default: all)")
     witness.add_argument("--out", type=Path, help="where trees and the report go (default: build/)")
     witness.set_defaults(func=_witness)
+
+    profile = sub.add_parser("profile", help="print a launch profile as a command line")
+    profile.add_argument("name", nargs="?", default="glm-5.2-mxfp4-mi355x")
+    profile.add_argument("--depth", type=int, help="speculative depth d: d steps, top-k 1, d+1 draft tokens")
+    profile.add_argument("--model", help="model folder (default: the profile's, or $SGLPATCH_MODEL)")
+    profile.set_defaults(func=_profile)
+
+    quark = sub.add_parser(
+        "quark-mtp-exclude",
+        help="copy a Quark checkpoint's MTP exclude entries under sglang's decoder names (config.json only)",
+    )
+    quark.add_argument("checkpoint", type=Path, help="the checkpoint folder (or its config.json)")
+    quark.set_defaults(func=_quark_mtp_exclude)
 
     check = sub.add_parser("check", help="lint the series, patches, trailers and renditions")
     check.set_defaults(func=_check)
@@ -79,6 +95,26 @@ def _witness(project: Project, args: argparse.Namespace) -> int:
     report = apply_series(project, args.pins, out_dir=args.out)
     print(render_witnesses(report))
     return 0 if report.ok else 1
+
+
+def _profile(project: Project, args: argparse.Namespace) -> int:
+    profile = load_profile(args.name)
+    if args.depth is not None:
+        profile = profile.with_depth(args.depth)
+    print(f"# {profile.name} v{profile.version}: {profile.description}")
+    print(profile.command(args.model))
+    return 0
+
+
+def _quark_mtp_exclude(project: Project | None, args: argparse.Namespace) -> int:
+    rewrite = add_mtp_aliases(args.checkpoint)
+    if not rewrite.added:
+        print(f"{rewrite.path}: nothing to add; the MTP exclude entries already have decoder names")
+        return 0
+    for alias in rewrite.added:
+        print(f"added {alias}")
+    print(f"{rewrite.path}: {len(rewrite.added)} entries added; original kept in {rewrite.backup}")
+    return 0
 
 
 def _check(project: Project, args: argparse.Namespace) -> int:

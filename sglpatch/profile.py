@@ -1,0 +1,85 @@
+"""Launch profiles: the full, versioned flag set for serving a model with the patched sglang.
+
+A profile is a TOML file in ``sglpatch/profiles/``: environment, ``sglang.launch_server`` flags,
+and the model. The test matrix reads it; ``sglpatch profile NAME`` prints it for people.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+
+from sglpatch.errors import SglpatchError
+
+PROFILES_DIR = Path(__file__).parent / "profiles"
+MODEL_ENV = "SGLPATCH_MODEL"
+
+
+@dataclass(frozen=True)
+class Profile:
+    name: str
+    version: int
+    description: str
+    model: str
+    architecture: str
+    env: dict[str, str]
+    server: dict[str, object]
+    path: Path
+
+    def with_depth(self, depth: int) -> "Profile":
+        """Speculative depth d: EAGLE with d steps, top-k 1 and d + 1 draft tokens."""
+        if not 1 <= depth <= 16:
+            raise SglpatchError(f"{self.path}: speculative depth must be 1..16, got {depth}")
+        server = {
+            **self.server,
+            "speculative-algorithm": "EAGLE",
+            "speculative-num-steps": depth,
+            "speculative-eagle-topk": 1,
+            "speculative-num-draft-tokens": depth + 1,
+        }
+        return Profile(**{**self.__dict__, "server": server})
+
+    def server_args(self, model: str | None = None) -> list[str]:
+        """The profile as ``sglang.launch_server`` arguments."""
+        args = ["--model-path", model or os.environ.get(MODEL_ENV) or self.model]
+        for flag, value in self.server.items():
+            if value is True:
+                args.append(f"--{flag}")
+            elif value is not False:
+                args += [f"--{flag}", str(value)]
+        return args
+
+    def command(self, model: str | None = None) -> str:
+        env = " ".join(f"{key}={shlex.quote(value)}" for key, value in self.env.items())
+        argv = ["python3", "-m", "sglang.launch_server", *self.server_args(model)]
+        return f"{env} {shlex.join(argv)}".strip()
+
+
+def profile_names() -> list[str]:
+    return sorted(path.stem for path in PROFILES_DIR.glob("*.toml"))
+
+
+def load_profile(name: str) -> Profile:
+    path = PROFILES_DIR / f"{name}.toml"
+    if not path.is_file():
+        raise SglpatchError(f"no launch profile {name!r} in {PROFILES_DIR}; known: {', '.join(profile_names())}")
+    try:
+        data = tomllib.loads(path.read_text())
+    except tomllib.TOMLDecodeError as exc:
+        raise SglpatchError(f"{path}: not valid TOML: {exc}") from None
+    missing = [key for key in ("name", "version", "model", "architecture", "server") if key not in data]
+    if missing:
+        raise SglpatchError(f"{path}: missing {', '.join(missing)}")
+    return Profile(
+        name=data["name"],
+        version=int(data["version"]),
+        description=data.get("description", ""),
+        model=data["model"],
+        architecture=data["architecture"],
+        env={key: str(value) for key, value in data.get("env", {}).items()},
+        server=dict(data["server"]),
+        path=path,
+    )

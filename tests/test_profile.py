@@ -1,0 +1,38 @@
+"""The launch profile: the flags the GLM-5.2 MXFP4 bring-up needs, at any speculative depth."""
+
+from __future__ import annotations
+
+import pytest
+
+from sglpatch.errors import SglpatchError
+from sglpatch.profile import load_profile, profile_names
+
+
+def test_glm_profile_carries_every_flag_the_bring_up_needed():
+    profile = load_profile("glm-5.2-mxfp4-mi355x")
+    args = profile.server_args("/m")
+    assert profile.architecture == "GlmMoeDsaForCausalLM" and profile.env == {"SGLANG_USE_AITER": "1"}
+    for flag in ("--enable-aiter-allreduce-fusion", "--disable-custom-all-reduce", "--trust-remote-code"):
+        assert flag in args
+    assert args[args.index("--kv-cache-dtype") + 1] == "fp8_e4m3"
+    assert args[args.index("--tp-size") + 1] == "8"
+    assert args[:2] == ["--model-path", "/m"]
+
+
+@pytest.mark.parametrize("depth", range(1, 7))
+def test_depth_d_means_d_steps_topk_1_and_d_plus_1_draft_tokens(depth):
+    args = load_profile("glm-5.2-mxfp4-mi355x").with_depth(depth).server_args()
+    value = lambda flag: args[args.index(flag) + 1]  # noqa: E731
+    assert value("--speculative-algorithm") == "EAGLE"
+    assert (value("--speculative-num-steps"), value("--speculative-eagle-topk"), value("--speculative-num-draft-tokens")) == (
+        str(depth), "1", str(depth + 1))
+
+
+def test_model_comes_from_the_environment_when_not_given(monkeypatch):
+    monkeypatch.setenv("SGLPATCH_MODEL", "/data/glm")
+    assert load_profile(profile_names()[0]).server_args()[1] == "/data/glm"
+
+
+def test_unknown_profile_is_refused_with_the_known_ones():
+    with pytest.raises(SglpatchError, match="known: glm-5.2-mxfp4-mi355x"):
+        load_profile("nope")
