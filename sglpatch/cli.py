@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from sglpatch import sources
+from sglpatch import sources, versions
 from sglpatch.check import check_series
 from sglpatch.errors import SglpatchError
 from sglpatch.profile import load_profile
@@ -63,6 +63,17 @@ def _parser() -> argparse.ArgumentParser:
     quark.add_argument("checkpoint", type=Path, help="the checkpoint folder (or its config.json)")
     quark.set_defaults(func=_quark_mtp_exclude)
 
+    series = sub.add_parser("series", help="series versions: bump, diff")
+    series_sub = series.add_subparsers(required=True, metavar="ACTION")
+    bump = series_sub.add_parser("bump", help="record a new series version in patches/CHANGELOG.md")
+    bump.add_argument("-m", "--message", required=True, help="the changelog entry")
+    bump.set_defaults(func=_series_bump)
+    sdiff = series_sub.add_parser("diff", help="range-diff between two series versions")
+    sdiff.add_argument("old", help="vN")
+    sdiff.add_argument("new", help="vM")
+    sdiff.add_argument("--pin", help="the pin to apply both to (default: the oldest)")
+    sdiff.set_defaults(func=_series_diff)
+
     check = sub.add_parser("check", help="lint the series, patches, trailers and renditions")
     check.set_defaults(func=_check)
 
@@ -114,6 +125,17 @@ def _quark_mtp_exclude(project: Project | None, args: argparse.Namespace) -> int
     for alias in rewrite.added:
         print(f"added {alias}")
     print(f"{rewrite.path}: {len(rewrite.added)} entries added; original kept in {rewrite.backup}")
+    return 0
+
+
+def _series_bump(project: Project, args: argparse.Namespace) -> int:
+    version = versions.bump(project.patches_dir, args.message)
+    print(f"series v{version} recorded in {project.patches_dir / 'CHANGELOG.md'}")
+    return 0
+
+
+def _series_diff(project: Project, args: argparse.Namespace) -> int:
+    print(versions.range_diff(project, args.old.removeprefix("v"), args.new.removeprefix("v"), args.pin))
     return 0
 
 
