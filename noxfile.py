@@ -3,6 +3,7 @@
     nox -s apply                 apply the series to every pin (nox -s apply -- 0.5.14 for one)
     nox -s check                 lint the series and its patches
     nox -s witness               every patch's witness on every pin, pristine and patched
+    nox -s upstream -- PATCH     prepare one patch as an upstream pull request
     nox -s tests                 the test suite, in parallel
 """
 
@@ -52,6 +53,14 @@ def witness(session: nox.Session, pin: str) -> None:
     session.install("-e", ".")
     _hip_toolchain(session)
     session.run("sglpatch", "witness", pin, *session.posargs)
+
+
+@nox.session
+def upstream(session: nox.Session) -> None:
+    """Prepare one patch as an upstream PR: `nox -s upstream -- <patch> [--base <pin or ref>]`."""
+    session.install("-e", ".")
+    _hip_toolchain(session)
+    session.run("sglpatch", "upstream", *session.posargs)
 
 
 @nox.session

@@ -110,7 +110,7 @@ def apply_pin(
     result = PinResult(version=pin.version, tree_path=str(tree_path), pristine=pristine.commit)
     with cache.entry_lock(tree_path):
         try:
-            _ensure_repo(tree_path, pristine)
+            ensure_tree_repo(tree_path, pristine)
             _check_clean(tree_path)
             _build(tree_path, pin, series, pristine, result, run_witnesses)
             if any(outcome.status in FAILURES for outcome in result.patches):
@@ -137,7 +137,8 @@ def apply_pin(
 # -- the pin's repository -----------------------------------------------------------------------
 
 
-def _ensure_repo(tree_path: Path, pristine: Pristine) -> None:
+def ensure_tree_repo(tree_path: Path, pristine: Pristine) -> None:
+    """The pin's tree repository, cloned from the cached pristine commit if it is not there."""
     if not (tree_path / ".git").is_dir():
         if tree_path.exists() and any(tree_path.iterdir()):
             raise SglpatchError(f"{tree_path}: exists and is not a git repository; move it away")
@@ -369,7 +370,7 @@ def _apply_one(
         offsets = _OFFSET_RE.findall(forward.stderr.decode())
         run_git(["apply", "--cached", "--whitespace=nowarn", "-"], tree_path, env=env, input=diff)
         tree = git_out(["write-tree"], tree_path, env=env)
-        outcome.commit = _commit(tree_path, rendition, tree, parent)
+        outcome.commit = commit_patch(tree_path, rendition, tree, parent)
         if offsets:
             outcome.status = APPLIED_WITH_OFFSET
             outcome.detail = ", ".join(f"hunk {h} at line {line} (offset {off})" for h, line, off in offsets)
@@ -426,8 +427,9 @@ def _conflict_detail(where: str, patch_set: unidiff.PatchSet, stderr: str) -> st
     return f"{where}: hunk {number} of {path} (at line {line}) does not match:\n{text.rstrip()}"
 
 
-def _commit(tree_path: Path, rendition: PatchFile, tree: str, parent: str) -> str:
-    with tempfile.TemporaryDirectory(dir=tree_path / ".git", prefix="sglpatch-mail-") as scratch:
+def commit_patch(tree_path: Path, rendition: PatchFile, tree: str, parent: str) -> str:
+    """Commit ``tree`` on ``parent`` with the patch's author, date and message, as git am would."""
+    with tempfile.TemporaryDirectory(prefix="sglpatch-mail-") as scratch:
         msg, patch = Path(scratch) / "msg", Path(scratch) / "patch"
         info = run_git(["mailinfo", str(msg), str(patch)], tree_path, input=rendition.raw).stdout.decode()
         fields = dict(line.split(": ", 1) for line in info.splitlines() if ": " in line)

@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from sglpatch import sources, versions
+from sglpatch import sources, upstream_pr, versions
 from sglpatch.check import check_series
 from sglpatch.errors import SglpatchError
 from sglpatch.profile import load_profile
@@ -74,6 +74,13 @@ def _parser() -> argparse.ArgumentParser:
     sdiff.add_argument("--pin", help="the pin to apply both to (default: the oldest)")
     sdiff.set_defaults(func=_series_diff)
 
+    upstream = sub.add_parser("upstream", help="prepare one patch as an upstream pull request")
+    upstream.add_argument("patch", help="the patch (file name or its stem)")
+    upstream.add_argument("--base", help="a pin (default: the newest) or, with --base-repo, a git ref")
+    upstream.add_argument("--base-repo", type=Path, help="your sglang clone to branch in (default: the pin's tree)")
+    upstream.add_argument("--out", type=Path, help="where the mbox and PR.md go (default: build/upstream/)")
+    upstream.set_defaults(func=_upstream)
+
     check = sub.add_parser("check", help="lint the series, patches, trailers and renditions")
     check.set_defaults(func=_check)
 
@@ -136,6 +143,16 @@ def _series_bump(project: Project, args: argparse.Namespace) -> int:
 
 def _series_diff(project: Project, args: argparse.Namespace) -> int:
     print(versions.range_diff(project, args.old.removeprefix("v"), args.new.removeprefix("v"), args.pin))
+    return 0
+
+
+def _upstream(project: Project, args: argparse.Namespace) -> int:
+    result = upstream_pr.export(project, args.patch, args.base, args.base_repo, args.out)
+    print(f"branch {result.branch} at {result.commit[:12]} in {result.repo}")
+    print(f"mbox: {result.mbox}")
+    print(f"PR title: {result.title}")
+    print(f"PR body: {result.body}")
+    print("Push the branch to your fork and open the pull request with that title and body.")
     return 0
 
 

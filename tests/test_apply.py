@@ -171,7 +171,7 @@ def test_apply_killed_half_way_changes_nothing_and_the_next_run_recovers(fake_pr
     tree = fake_project.root / "build" / "trees" / "0.1.0"
     before = _head_and_files(tree)
     fake_project.set_patches([("0001-guard.patch", _guard_patch(tmp_path)), ("0002-example.patch", _example_patch(tmp_path))])
-    real_commit = apply_module._commit
+    real_commit = apply_module.commit_patch
     calls = []
 
     def killed_after_first(*args, **kwargs):
@@ -180,12 +180,12 @@ def test_apply_killed_half_way_changes_nothing_and_the_next_run_recovers(fake_pr
         calls.append(1)
         return real_commit(*args, **kwargs)
 
-    monkeypatch.setattr(apply_module, "_commit", killed_after_first)
+    monkeypatch.setattr(apply_module, "commit_patch", killed_after_first)
     with pytest.raises(KeyboardInterrupt):
         apply_series(fake_project.project, ["0.1.0"])
     assert _head_and_files(tree) == before
     assert not list((tree / ".git").glob("sglpatch-index-*"))
-    monkeypatch.setattr(apply_module, "_commit", real_commit)
+    monkeypatch.setattr(apply_module, "commit_patch", real_commit)
     report = apply_series(fake_project.project, ["0.1.0"], update_lock=True)
     assert report.ok
     assert "line twenty, patched" in (tree / EXAMPLE).read_text()

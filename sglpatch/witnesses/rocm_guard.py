@@ -273,10 +273,9 @@ def _cuda_headers_reached(include_tree: str, layout: KernelLayout) -> str:
 
 
 def _first_error(stderr: str) -> str:
-    for line in stderr.splitlines():
-        if "error" in line:
-            return line.strip()[:300]
-    return stderr.strip()[:300]
+    """The first error line, with the temporary checkout's path cut to the tree-relative one."""
+    lines = [line for line in stderr.splitlines() if "error" in line] or stderr.splitlines() or [""]
+    return re.sub(r"\S*/(python/sglang/)", r"\1", lines[0].strip())[:300]
 
 
 def cuda_check(layout: KernelLayout, tvm_include: Path, arch: str = "sm_90") -> WitnessResult:

@@ -1,0 +1,84 @@
+"""Preparing a patch as an upstream PR against a git base made in the test."""
+
+from __future__ import annotations
+
+import pytest
+
+from conftest import format_patch, git, tree_files
+from sglpatch import upstream_pr
+from sglpatch.errors import SglpatchError
+
+KERNEL = "python/sglang/jit_kernel/csrc/kernel.cuh"
+BODY = """Problem: the kernel does not build on ROCm.
+
+Cause: it includes the CUDA runtime unconditionally.
+
+Fix: guard the include."""
+
+GOLDEN = """# kernel: guard the CUDA runtime include
+
+Problem: the kernel does not build on ROCm.
+
+Cause: it includes the CUDA runtime unconditionally.
+
+Fix: guard the include.
+
+## How it was tested
+
+Witness `guard-text` on main ({commit}) of {repo}: without the patch bug [text] ('#ifndef USE_ROCM' in python/sglang/jit_kernel/csrc/kernel.cuh); with it clean [text] ('#ifndef USE_ROCM' in python/sglang/jit_kernel/csrc/kernel.cuh).
+"""
+
+
+def _base_repo(tmp_path, kernel_text=None):
+    repo = tmp_path / "my-sglang"
+    files = tree_files("0.1.0")
+    if kernel_text is not None:
+        files[KERNEL] = kernel_text
+    for name, text in files.items():
+        (repo / name).parent.mkdir(parents=True, exist_ok=True)
+        (repo / name).write_text(text)
+    git(repo, "init", "-q", "-b", "main")
+    git(repo, "add", "-A")
+    git(repo, "-c", "user.name=u", "-c", "user.email=u@e", "commit", "-q", "-m", "upstream main")
+    return repo
+
+
+@pytest.fixture
+def guard_project(fake_project, tmp_path):
+    files = tree_files("0.1.0")
+    guarded = files[KERNEL].replace("#include <cuda_runtime.h>\n", "#ifndef USE_ROCM\n#include <cuda_runtime.h>\n#endif\n")
+    patch = format_patch(
+        tmp_path, files, {KERNEL: guarded}, "kernel: guard the CUDA runtime include", trailers={"Witness": "guard-text"}, body=BODY
+    )
+    fake_project.set_patches([("0001-guard.patch", patch)])
+    return fake_project
+
+
+def test_export_makes_a_branch_an_mbox_and_the_pr_body(guard_project, tmp_path):
+    repo = _base_repo(tmp_path)
+    result = upstream_pr.export(guard_project.project, "0001-guard", base="main", base_repo=repo, out=tmp_path / "out")
+    assert git(repo, "rev-parse", "sglpatch-upstream/0001-guard").strip() == result.commit
+    assert git(repo, "log", "-1", "--format=%s%n%an <%ae>", result.commit).splitlines() == [
+        "kernel: guard the CUDA runtime include",
+        "Patch Author <author@example.com>",
+    ]
+    assert "#ifndef USE_ROCM" in git(repo, "show", f"{result.commit}:{KERNEL}")
+    assert result.mbox.read_text().startswith("From " + result.commit)
+    commit = git(repo, "rev-parse", "main").strip()[:12]
+    assert result.body.read_text() == GOLDEN.format(commit=commit, repo=repo)
+    assert "Upstream-Status" not in result.body.read_text() and "Applies-To" not in result.body.read_text()
+
+
+def test_export_refuses_a_base_that_already_has_the_patch(guard_project, tmp_path):
+    guarded = tree_files("0.1.0")[KERNEL].replace("#include <cuda_runtime.h>\n", "#ifndef USE_ROCM\n#include <cuda_runtime.h>\n#endif\n")
+    repo = _base_repo(tmp_path, guarded)
+    with pytest.raises(SglpatchError, match="already upstream at main .* reverse-applies"):
+        upstream_pr.export(guard_project.project, "0001-guard", base="main", base_repo=repo, out=tmp_path / "out")
+    assert "sglpatch-upstream" not in git(repo, "branch")
+
+
+def test_export_refuses_a_base_where_the_witness_already_passes(guard_project, tmp_path):
+    fixed_differently = "#pragma once\n#include <algorithm>\n#include <cuda_runtime.h>\n\nvoid f();\n// #ifndef USE_ROCM handled elsewhere\n"
+    repo = _base_repo(tmp_path, fixed_differently)
+    with pytest.raises(SglpatchError, match="not needed at main .* witness guard-text already passes"):
+        upstream_pr.export(guard_project.project, "0001-guard", base="main", base_repo=repo, out=tmp_path / "out")
