@@ -9,6 +9,7 @@ trailers at the end of the commit message, after DEP-3 and Yocto:
     Bug: where the problem is reported (optional)
     Witness: the check that fails without the patch and passes with it
     Applies-To: the pins this rendition is for, as a PEP 440 specifier (">=0.5.10,<0.5.19")
+    Fixed-Upstream-In: the first pin where upstream has the fix, with the evidence (optional)
 
 Where upstream moved the code, a patch has more renditions, one file each, in
 ``patches/renditions/<patch name without .patch>/``; each carries its own ``Applies-To`` and the
@@ -35,6 +36,8 @@ CHANGELOG_FILE = "CHANGELOG.md"
 RENDITIONS_DIR = "renditions"
 
 REQUIRED_TRAILERS = ("Upstream-Status", "Origin", "Witness", "Applies-To")
+# Every trailer that is our metadata rather than part of the change's description.
+METADATA_TRAILERS = (*REQUIRED_TRAILERS, "Bug", "Fixed-Upstream-In")
 UPSTREAM_STATUS_RE = re.compile(
     r"^(Pending|(Submitted|Accepted|Backport|Inappropriate) \[[^\]]+\])$"
 )

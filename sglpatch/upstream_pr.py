@@ -20,11 +20,10 @@ from sglpatch import sources, witnesses
 from sglpatch.apply import commit_patch, ensure_tree_repo
 from sglpatch.errors import SglpatchError
 from sglpatch.gitcmd import git_out, run_git
-from sglpatch.series import PatchFile, SeriesPatch
+from sglpatch.series import METADATA_TRAILERS, PatchFile, SeriesPatch
 from sglpatch.witnesses import BUG, CLEAN, WitnessResult
 
 BRANCH_PREFIX = "sglpatch-upstream/"
-METADATA_KEYS = ("Upstream-Status", "Origin", "Bug", "Witness", "Applies-To", "Fixed-Upstream-In")
 
 
 @dataclass(frozen=True)
@@ -151,5 +150,5 @@ def render_pr(
 def _message_without_trailers(rendition: PatchFile) -> str:
     text = rendition.raw.decode()
     body = text.split("\n\n", 1)[1].split("\n---\n", 1)[0]
-    kept = [line for line in body.splitlines() if not re.match(rf"^({'|'.join(METADATA_KEYS)}):", line)]
+    kept = [line for line in body.splitlines() if not re.match(rf"^({'|'.join(METADATA_TRAILERS)}):", line)]
     return "\n".join(kept).strip()
