@@ -111,6 +111,7 @@ def apply_pin(
     with cache.entry_lock(tree_path):
         try:
             ensure_tree_repo(tree_path, pristine)
+            _clear_leftovers(tree_path)
             _check_clean(tree_path)
             _build(tree_path, pin, series, pristine, result, run_witnesses)
             if any(outcome.status in FAILURES for outcome in result.patches):
@@ -159,6 +160,14 @@ def ensure_tree_repo(tree_path: Path, pristine: Pristine) -> None:
     if run_git(["cat-file", "-e", f"{pristine.commit}^{{commit}}"], tree_path, check=False).returncode:
         run_git(["fetch", "--quiet", str(pristine.repo), PRISTINE_REF], tree_path)
     run_git(["update-ref", PRISTINE_REF, pristine.commit], tree_path)
+
+
+def _clear_leftovers(tree_path: Path) -> None:
+    """Private indexes and checkouts of a run that was killed; we hold the tree's lock, so no live
+    run owns them."""
+    for pattern in ("sglpatch-index-*", "sglpatch-witness-*"):
+        for leftover in (tree_path / ".git").glob(pattern):
+            cache.remove(leftover)
 
 
 def _check_clean(tree_path: Path) -> None:

@@ -313,3 +313,42 @@ def test_witness_answers_are_cached_by_tree(fake_project, tmp_path, test_witness
     assert runs == 2  # pristine and patched
     apply_series(fake_project.project, ["0.1.0"], out_dir=tmp_path / "other")
     assert len(test_witnesses["guard-text"].runs) == runs
+
+
+def test_apply_process_killed_by_sigkill_mid_series_leaves_the_tree_and_the_next_run_recovers(fake_project, tmp_path):
+    import os
+    import signal
+    import time
+
+    fake_project.set_patches([("0001-guard.patch", _guard_patch(tmp_path, trailers={"Witness": "rocm-guard"}))])
+    assert apply_series(fake_project.project, ["0.1.0"]).ok
+    tree = fake_project.root / "build" / "trees" / "0.1.0"
+    before = _head_and_files(tree)
+    lock_before = (fake_project.root / "series.lock").read_text()
+    # A long series of stacked patches, so the kill lands while commits are being built in the
+    # private index.
+    many, files = [], tree_files("0.1.0")
+    for n in range(1, 40):
+        text = files[EXAMPLE].replace(f"line {n}\n", f"patched {n}\n")
+        patch = format_patch(tmp_path, files, {EXAMPLE: text}, f"example: line {n}", trailers={"Witness": "rocm-guard"})
+        many.append((f"{n:04d}-line{n}.patch", patch))
+        files = {**files, EXAMPLE: text}
+    fake_project.set_patches(many)
+    process = subprocess.Popen(
+        ["python", "-m", "sglpatch", "--root", str(fake_project.root), "apply", "0.1.0", "--update-lock"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    deadline = time.monotonic() + 60
+    while not list((tree / ".git").glob("sglpatch-index-*")) and time.monotonic() < deadline and process.poll() is None:
+        time.sleep(0.005)
+    assert process.poll() is None, "apply finished before it could be killed"
+    os.kill(process.pid, signal.SIGKILL)
+    process.wait()
+    assert _head_and_files(tree) == before
+    assert (fake_project.root / "series.lock").read_text() == lock_before
+    report = apply_series(fake_project.project, ["0.1.0"], update_lock=True)
+    assert report.ok, report.to_json()
+    assert (tree / EXAMPLE).read_text().startswith("patched 1\npatched 2\n")
+    assert git(tree, "status", "--porcelain").strip() == ""
+    assert not list((tree / ".git").glob("sglpatch-index-*"))
