@@ -225,7 +225,9 @@ def _build(
             if problems:
                 raise SglpatchError("; ".join(str(problem) for problem in problems))
     _apply_all(tree_path, pin, pristine, selected, result, run_witnesses)
-    if not any(outcome.status in FAILURES for outcome in result.patches):
+    # An unavailable witness may be available next time; only settled answers are remembered.
+    settled = not any(o.witness_before.startswith(UNAVAILABLE) for o in result.patches)
+    if settled and not any(outcome.status in FAILURES for outcome in result.patches):
         memo.parent.mkdir(exist_ok=True)
         memo.write_text(
             json.dumps(
@@ -248,8 +250,9 @@ def _apply_all(
         if rendition is not None and run_witnesses
     }
     with _Checkouts(tree_path) as checkouts:
+        pristine_tree = _tree_of(tree_path, pristine.commit)
         before = {
-            name: witnesses.run_cached(witness, _tree_of(tree_path, pristine.commit), None, pin, lambda: checkouts.get(pristine.commit))
+            name: witnesses.run_cached(witness, pristine_tree, pin, lambda: checkouts.get(pristine.commit))
             for name, witness in checks.items()
             if witness is not None
         }
@@ -258,7 +261,7 @@ def _apply_all(
             witness = checks.get(outcome.name)
             if witness is None or outcome.status in (NOT_NEEDED, NOT_APPLICABLE, *FAILURES):
                 continue
-            after = witnesses.run_cached(witness, result.tree, None, pin, lambda: checkouts.get(result.commit))
+            after = witnesses.run_cached(witness, result.tree, pin, lambda: checkouts.get(result.commit))
             outcome.witness_after = after.summary()
             if after.state == BUG:
                 outcome.status = WITNESS_FAILED

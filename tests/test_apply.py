@@ -244,7 +244,7 @@ def test_pin_outside_every_rendition_is_not_applicable(fake_project, tmp_path):
 
 
 def test_warm_reapply_reuses_results_without_rebuilding(fake_project, tmp_path, monkeypatch):
-    fake_project.set_patches([("0001-guard.patch", _guard_patch(tmp_path))])
+    fake_project.set_patches([("0001-guard.patch", _guard_patch(tmp_path, trailers={"Witness": "guard-text"}))])
     first = apply_series(fake_project.project)
     monkeypatch.setattr(apply_module, "_apply_all", lambda *a, **k: pytest.fail("rebuilt on a warm run"))
     second = apply_series(fake_project.project)
@@ -304,6 +304,14 @@ def test_patch_that_does_not_fix_its_bug_fails_the_pin(fake_project, tmp_path):
     outcomes, result = _outcomes(report, "0.1.0")
     assert outcomes["0001-example.patch"].status == "witness-failed"
     assert not result.ok and not (fake_project.root / "build" / "trees" / "0.1.0" / EXAMPLE).exists()
+
+
+def test_unavailable_witness_is_asked_again_on_the_next_run(fake_project, tmp_path, test_witnesses, monkeypatch):
+    fake_project.set_patches([("0001-guard.patch", _guard_patch(tmp_path))])  # fixture-unwitnessed
+    apply_series(fake_project.project, ["0.1.0"])
+    monkeypatch.setitem(test_witnesses, "fixture-unwitnessed", test_witnesses["guard-text"])
+    outcomes, _ = _outcomes(apply_series(fake_project.project, ["0.1.0"]), "0.1.0")
+    assert outcomes["0001-guard.patch"].witness_before.startswith("bug")
 
 
 def test_witness_answers_are_cached_by_tree(fake_project, tmp_path, test_witnesses):

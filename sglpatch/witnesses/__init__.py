@@ -64,7 +64,7 @@ def witness_for(trailer: str | None, where: str) -> Witness | None:
     return known[name]
 
 
-def run_cached(witness: Witness, tree_hash: str, tree: Path | None, pin: Pin, materialize) -> WitnessResult:
+def run_cached(witness: Witness, tree_hash: str, pin: Pin, materialize) -> WitnessResult:
     """The witness's answer for the tree with git hash ``tree_hash``; runs it only when not cached.
 
     ``materialize`` is called to get the tree on disk only when the witness must really run.
@@ -76,7 +76,7 @@ def run_cached(witness: Witness, tree_hash: str, tree: Path | None, pin: Pin, ma
             return WitnessResult(**json.loads(entry.read_text()))
         except (ValueError, TypeError):
             entry.unlink()
-    result = witness.run(tree if tree is not None else materialize(), pin)
+    result = witness.run(materialize(), pin)
     if result.state != UNAVAILABLE:
         entry.parent.mkdir(parents=True, exist_ok=True)
         tmp = entry.with_suffix(".tmp")
