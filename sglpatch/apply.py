@@ -63,6 +63,7 @@ class PatchOutcome:
     needed: bool | None = None  # None: no witness could tell
     witness_before: str = ""
     witness_after: str = ""
+    reverse_applies: bool = False  # the pin already holds exactly this change
 
 
 @dataclass
@@ -200,7 +201,7 @@ def _move_branch(tree_path: Path, commit: str) -> None:
 
 def _inputs_key(pristine: Pristine, renditions: list[tuple[str, PatchFile | None]], run_witnesses: bool) -> str:
     versions = sorted(f"{w.name}-{w.version}" for w in witnesses.registry().values()) if run_witnesses else []
-    digest = hashlib.sha256(f"sglpatch-apply-2\0{pristine.commit}\0{versions}\0".encode())
+    digest = hashlib.sha256(f"sglpatch-apply-3\0{pristine.commit}\0{versions}\0".encode())
     for name, rendition in renditions:
         digest.update(name.encode() + b"\0" + (rendition.raw if rendition else b"-") + b"\0")
     return digest.hexdigest()
@@ -301,6 +302,7 @@ def _apply_commits(
                         detail=f"fixed upstream: witness {witnessed.witness} passes on the pristine tree; {how}",
                         needed=False,
                         witness_before=witnessed.summary(),
+                        reverse_applies=same,
                     )
                 )
                 continue
@@ -391,6 +393,7 @@ def _apply_one(
         return outcome
     if _reverse_applies(tree_path, env, rendition):
         outcome.status = ALREADY_UPSTREAM
+        outcome.reverse_applies = True
         outcome.detail = "the patch reverse-applies: upstream already has it"
         return outcome
     if missing:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from sglpatch import sources
@@ -18,6 +18,7 @@ from sglpatch.errors import SglpatchError
 from sglpatch.lock import LOCK_FILE
 from sglpatch.pins import Pins, load_pins
 from sglpatch.series import Series, load_series
+from sglpatch.suggest import Suggestion, status_suggestions
 
 OUT_ENV = "SGLPATCH_OUT_DIR"
 
@@ -62,6 +63,7 @@ class ApplyReport:
     series_version: str
     series_digest: str
     results: list[PinResult]
+    suggestions: list[Suggestion] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -73,6 +75,7 @@ class ApplyReport:
                 "series": {"version": self.series_version, "digest": self.series_digest},
                 "ok": self.ok,
                 "pins": [asdict(result) for result in self.results],
+                "status_suggestions": [asdict(suggestion) for suggestion in self.suggestions],
             },
             indent=2,
         )
@@ -109,7 +112,7 @@ def apply_series(
                 pin, series, pristine, trees, project.lock_file, update_lock=update_lock, run_witnesses=run_witnesses
             )
         )
-    report = ApplyReport(series.version, series.digest(), results)
+    report = ApplyReport(series.version, series.digest(), results, status_suggestions(series, results))
     destination = report_path or (out_dir or project.build_dir) / "apply-report.json"
     destination.parent.mkdir(parents=True, exist_ok=True)
     destination.write_text(report.to_json() + "\n")

@@ -26,6 +26,11 @@ def render_apply(report: ApplyReport, report_path: str = "") -> str:
         if result.error:
             lines.append(f"  error: {result.error}")
         lines.append("")
+    for suggestion in report.suggestions:
+        lines.append(
+            f"suggest for {suggestion.patch}: Upstream-Status: {suggestion.suggested} "
+            f"(now {suggestion.current}; {suggestion.evidence})"
+        )
     if report_path:
         lines.append(f"report: {report_path}")
     return "\n".join(lines)

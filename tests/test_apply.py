@@ -360,3 +360,27 @@ def test_apply_process_killed_by_sigkill_mid_series_leaves_the_tree_and_the_next
     assert (tree / EXAMPLE).read_text().startswith("patched 1\npatched 2\n")
     assert git(tree, "status", "--porcelain").strip() == ""
     assert not list((tree / ".git").glob("sglpatch-index-*"))
+
+
+def test_pending_patch_that_a_pin_already_has_gets_a_status_suggestion(fake_project, tmp_path):
+    from conftest import BASE_FILES, make_wheel, pin_entry
+
+    files = tree_files("0.1.0")
+    guarded = files[KERNEL].replace("#include <cuda_runtime.h>\n", "#ifndef USE_ROCM\n#include <cuda_runtime.h>\n#endif\n")
+    upstream_files = {**BASE_FILES, "sglang/jit_kernel/csrc/kernel.cuh": guarded}
+    artifact = make_wheel(fake_project.index, "0.3.0", upstream_files)
+    pins = fake_project.root / "upstream" / "pins.toml"
+    pins.write_text(pins.read_text() + pin_entry("0.3.0", artifact))
+    patch = format_patch(tmp_path, files, {KERNEL: guarded}, "kernel: guard", trailers={"Witness": "guard-text"})
+    fake_project.set_patches([("0001-guard.patch", patch)])
+    report = apply_series(fake_project.project)
+    assert [(s.patch, s.current, s.suggested) for s in report.suggestions] == [
+        ("0001-guard.patch", "Pending", "Accepted [0.3.0]")
+    ]
+    assert "0.3.0" in report.suggestions[0].evidence
+    assert json.loads(report.to_json())["status_suggestions"][0]["suggested"] == "Accepted [0.3.0]"
+
+
+def test_settled_status_gets_no_suggestion(fake_project, tmp_path):
+    fake_project.set_patches([("0001-guard.patch", _guard_patch(tmp_path, trailers={"Upstream-Status": "Inappropriate [local only]"}))])
+    assert apply_series(fake_project.project).suggestions == []
