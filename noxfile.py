@@ -4,6 +4,7 @@
     nox -s check                 lint the series and its patches
     nox -s witness               every patch's witness on every pin, pristine and patched
     nox -s upstream -- PATCH     prepare one patch as an upstream pull request
+    nox -s rebase -- VERSION     forward-port the series to a new sglang release
     nox -s tests                 the test suite, in parallel
 """
 
@@ -61,6 +62,14 @@ def upstream(session: nox.Session) -> None:
     session.install("-e", ".")
     _hip_toolchain(session)
     session.run("sglpatch", "upstream", *session.posargs)
+
+
+@nox.session
+def rebase(session: nox.Session) -> None:
+    """Forward-port the series to a new sglang release: `nox -s rebase -- 0.5.24`."""
+    session.install("-e", ".")
+    _hip_toolchain(session)
+    session.run("sglpatch", "rebase", *session.posargs)
 
 
 @nox.session

@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from sglpatch import sources, upstream_pr, versions
+from sglpatch import forward, sources, upstream_pr, versions
 from sglpatch.check import check_series
 from sglpatch.errors import SglpatchError
 from sglpatch.profile import load_profile
@@ -62,6 +62,11 @@ def _parser() -> argparse.ArgumentParser:
     )
     quark.add_argument("checkpoint", type=Path, help="the checkpoint folder (or its config.json)")
     quark.set_defaults(func=_quark_mtp_exclude)
+
+    rebase = sub.add_parser("rebase", help="forward-port the series to a new sglang release")
+    rebase.add_argument("version", help="the new sglang version, e.g. 0.5.24")
+    rebase.add_argument("--dry-run", action="store_true", help="classify only; write nothing")
+    rebase.set_defaults(func=_rebase)
 
     series = sub.add_parser("series", help="series versions: bump, diff")
     series_sub = series.add_subparsers(required=True, metavar="ACTION")
@@ -154,6 +159,20 @@ def _upstream(project: Project, args: argparse.Namespace) -> int:
     print(f"PR body: {result.body}")
     print("Push the branch to your fork and open the pull request with that title and body.")
     return 0
+
+
+def _rebase(project: Project, args: argparse.Namespace) -> int:
+    report = forward.forward_port(project, args.version.removeprefix("v"), write=not args.dry_run)
+    print(f"sglang {report.version} ({report.artifact})")
+    for outcome in report.outcomes:
+        print(f"  {outcome.name}  {outcome.verdict}  {outcome.rendition}")
+        for line in outcome.detail.splitlines():
+            print(f"      {line}")
+    if report.written:
+        print("pinned in upstream/pins.toml, renditions written, lock recorded; review and commit them")
+    elif not report.complete:
+        print("not written: a patch needs a person (conflict); the series and pins are unchanged")
+    return 0 if report.complete else 1
 
 
 def _check(project: Project, args: argparse.Namespace) -> int:

@@ -113,9 +113,21 @@ def _open_url(url: str):
 
 def _artifact_url(index: str, filename: str) -> str:
     """Where ``filename`` lives on a PEP 503/691 index, or in a local folder given as file://."""
+    entries = index_entries(index)
+    if filename not in entries:
+        raise SglpatchError(f"{filename}: not on the package index {index}")
+    return entries[filename]["url"]
+
+
+def index_entries(index: str) -> dict[str, dict]:
+    """sglang's files on the index: file name -> {"url", "sha256" (when the index says), "released"}."""
     if index.startswith("file://") or "://" not in index:
         folder = Path(urllib.parse.urlparse(index).path if "://" in index else index)
-        return (folder / filename).as_uri()
+        return {
+            path.name: {"url": path.as_uri(), "sha256": _sha256(path), "released": ""}
+            for path in sorted(folder.iterdir())
+            if path.name.startswith("sglang-")
+        }
     project_url = index.rstrip("/") + "/sglang/"
     request = urllib.request.Request(
         project_url,
@@ -131,16 +143,21 @@ def _artifact_url(index: str, filename: str) -> str:
     except OSError as exc:
         raise SglpatchError(f"cannot read the package index {project_url}: {exc}") from None
     if "json" in content_type:
-        links = {entry["filename"]: entry["url"] for entry in json.loads(body)["files"]}
-    else:
-        links = {
-            urllib.parse.unquote(href.split("#")[0].rsplit("/", 1)[-1]): href.split("#")[0]
-            for href in re.findall(rb'href="([^"]+)"', body)
-            for href in [href.decode()]
+        return {
+            entry["filename"]: {
+                "url": urllib.parse.urljoin(project_url, entry["url"]),
+                "sha256": entry.get("hashes", {}).get("sha256", ""),
+                "released": entry.get("upload-time", ""),
+            }
+            for entry in json.loads(body)["files"]
         }
-    if filename not in links:
-        raise SglpatchError(f"{filename}: not on the package index {project_url}")
-    return urllib.parse.urljoin(project_url, links[filename])
+    entries = {}
+    for href in re.findall(rb'href="([^"]+)"', body):
+        url, _, fragment = href.decode().partition("#")
+        name = urllib.parse.unquote(url.rsplit("/", 1)[-1])
+        sha = fragment.removeprefix("sha256=") if fragment.startswith("sha256=") else ""
+        entries[name] = {"url": urllib.parse.urljoin(project_url, url), "sha256": sha, "released": ""}
+    return entries
 
 
 # -- unpack -------------------------------------------------------------------------------------
