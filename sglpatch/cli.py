@@ -84,6 +84,9 @@ def _parser() -> argparse.ArgumentParser:
     upstream.add_argument("--base", help="a pin (default: the newest) or, with --base-repo, a git ref")
     upstream.add_argument("--base-repo", type=Path, help="your sglang clone to branch in (default: the pin's tree)")
     upstream.add_argument("--out", type=Path, help="where the mbox and PR.md go (default: build/upstream/)")
+    upstream.add_argument("--range-diff", metavar="vN:vM", help="include the series range-diff vN..vM in the PR body")
+    upstream.add_argument("--open-pr", action="store_true", help="open the PR with the gh CLI (push the branch first)")
+    upstream.add_argument("--head", help="with --open-pr: the pushed branch as gh should name it (owner:branch)")
     upstream.set_defaults(func=_upstream)
 
     check = sub.add_parser("check", help="lint the series, patches, trailers and renditions")
@@ -152,12 +155,19 @@ def _series_diff(project: Project, args: argparse.Namespace) -> int:
 
 
 def _upstream(project: Project, args: argparse.Namespace) -> int:
-    result = upstream_pr.export(project, args.patch, args.base, args.base_repo, args.out)
+    changes = ""
+    if args.range_diff:
+        old, _, new = args.range_diff.partition(":")
+        changes = versions.range_diff(project, old.removeprefix("v"), new.removeprefix("v"))
+    result = upstream_pr.export(project, args.patch, args.base, args.base_repo, args.out, changes)
     print(f"branch {result.branch} at {result.commit[:12]} in {result.repo}")
     print(f"mbox: {result.mbox}")
     print(f"PR title: {result.title}")
     print(f"PR body: {result.body}")
-    print("Push the branch to your fork and open the pull request with that title and body.")
+    if args.open_pr:
+        print(upstream_pr.open_pull_request(result, args.head))
+    else:
+        print("Push the branch to your fork and open the pull request with that title and body.")
     return 0
 
 

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import io
 import json
+import shutil
+import subprocess
 import re
 import tarfile
 import tempfile
@@ -36,7 +38,15 @@ class Export:
     title: str
 
 
-def export(project, patch_name: str, base: str | None = None, base_repo: Path | None = None, out: Path | None = None) -> Export:
+def export(
+    project,
+    patch_name: str,
+    base: str | None = None,
+    base_repo: Path | None = None,
+    out: Path | None = None,
+    range_diff: str = "",
+) -> Export:
+    """``range_diff``, if given, is appended to the body as the changes since an earlier version."""
     series = project.series()
     patch = series.get(patch_name)
     pins = project.pins()
@@ -86,6 +96,8 @@ def export(project, patch_name: str, base: str | None = None, base_repo: Path | 
     mbox = folder / f"{patch.stem}.mbox"
     mbox.write_bytes(run_git(["format-patch", "-1", "--stdout", commit], repo).stdout)
     title, body = render_pr(rendition, label, before, after, _matrix_results(project, patch.name))
+    if range_diff:
+        body += f"\n## Changes since the previous version of this series\n\n```\n{range_diff.rstrip()}\n```\n"
     body_path = folder / "PR.md"
     body_path.write_text(f"# {title}\n\n{body}")
     return Export(branch=branch, repo=repo, commit=commit, mbox=mbox, body=body_path, title=title)
@@ -152,3 +164,19 @@ def _message_without_trailers(rendition: PatchFile) -> str:
     body = text.split("\n\n", 1)[1].split("\n---\n", 1)[0]
     kept = [line for line in body.splitlines() if not re.match(rf"^({'|'.join(METADATA_TRAILERS)}):", line)]
     return "\n".join(kept).strip()
+
+
+def open_pull_request(export: Export, remote_branch: str | None = None) -> str:
+    """Open the PR with the ``gh`` CLI (the user pushed the branch); returns what gh printed."""
+    gh = shutil.which("gh")
+    if gh is None:
+        raise SglpatchError("the gh CLI is not installed; push the branch and open the pull request by hand")
+    run = subprocess.run(
+        [gh, "pr", "create", "--title", export.title, "--body-file", str(export.body), "--head", remote_branch or export.branch],
+        cwd=export.repo,
+        capture_output=True,
+        text=True,
+    )
+    if run.returncode != 0:
+        raise SglpatchError(f"gh pr create failed: {run.stderr.strip()}")
+    return run.stdout.strip()

@@ -82,3 +82,37 @@ def test_export_refuses_a_base_where_the_witness_already_passes(guard_project, t
     repo = _base_repo(tmp_path, fixed_differently)
     with pytest.raises(SglpatchError, match="not needed at main .* witness guard-text already passes"):
         upstream_pr.export(guard_project.project, "0001-guard", base="main", base_repo=repo, out=tmp_path / "out")
+
+
+def test_range_diff_is_included_in_the_body_when_asked(guard_project, tmp_path):
+    repo = _base_repo(tmp_path)
+    result = upstream_pr.export(guard_project.project, "0001-guard", base="main", base_repo=repo, out=tmp_path / "out",
+                                range_diff="series v1 -> v2 on sglang 0.1.0\n1:  abc ! 1:  def kernel: guard")
+    body = result.body.read_text()
+    assert body.endswith("## Changes since the previous version of this series\n\n```\nseries v1 -> v2 on sglang 0.1.0\n"
+                         "1:  abc ! 1:  def kernel: guard\n```\n")
+
+
+def test_open_pr_refuses_plainly_without_gh(guard_project, tmp_path, monkeypatch):
+    repo = _base_repo(tmp_path)
+    result = upstream_pr.export(guard_project.project, "0001-guard", base="main", base_repo=repo, out=tmp_path / "out")
+    monkeypatch.setenv("PATH", str(tmp_path / "empty-bin"))
+    with pytest.raises(SglpatchError, match="gh CLI is not installed"):
+        upstream_pr.open_pull_request(result)
+
+
+def test_open_pr_hands_title_body_and_branch_to_gh(guard_project, tmp_path, monkeypatch):
+    # A stand-in for GitHub's gh CLI, which cannot reach GitHub from here: it records its arguments.
+    fake_bin = tmp_path / "fake-gh-bin"
+    fake_bin.mkdir()
+    record = tmp_path / "gh-args"
+    (fake_bin / "gh").write_text(f'#!/bin/sh\nprintf "%s\\n" "$@" > {record}\necho https://github.com/o/r/pull/1\n')
+    (fake_bin / "gh").chmod(0o755)
+    repo = _base_repo(tmp_path)
+    result = upstream_pr.export(guard_project.project, "0001-guard", base="main", base_repo=repo, out=tmp_path / "out")
+    monkeypatch.setenv("PATH", f"{fake_bin}:/usr/bin:/bin")
+    assert upstream_pr.open_pull_request(result, "me:sglpatch-upstream/0001-guard") == "https://github.com/o/r/pull/1"
+    assert record.read_text().splitlines() == [
+        "pr", "create", "--title", "kernel: guard the CUDA runtime include", "--body-file", str(result.body),
+        "--head", "me:sglpatch-upstream/0001-guard",
+    ]
