@@ -7,7 +7,8 @@ the pristine tree, and each patch is classified:
 - ``carries-over``: the patch applies as it is;
 - ``new-rendition``: only a three-way merge applies it; the merged rendition is written for review;
 - ``already-upstream``: the release holds this very change (it reverse-applies);
-- ``fixed-upstream``: the witness passes on the pristine release (upstream fixed it its own way);
+- ``fixed-upstream``: the witness passes on the pristine release and the patch does not
+  reverse-apply (upstream fixed it its own way);
 - ``conflict``: a person must port it; the hunk is shown.
 
 Nothing is written unless every patch is classified without a conflict: then the pin, the new
@@ -120,7 +121,8 @@ def forward_port(project, version: str, *, write: bool = True) -> PortReport:
             elif outcome.status == ALREADY_UPSTREAM:
                 report.outcomes.append(PortOutcome(outcome.name, ALREADY_UPSTREAM, outcome.detail))
             elif outcome.status == NOT_NEEDED:
-                report.outcomes.append(PortOutcome(outcome.name, FIXED_UPSTREAM, outcome.detail))
+                verdict = ALREADY_UPSTREAM if outcome.reverse_applies else FIXED_UPSTREAM
+                report.outcomes.append(PortOutcome(outcome.name, verdict, outcome.detail))
             elif outcome.status == NOT_APPLICABLE:
                 report.outcomes.append(PortOutcome(outcome.name, CONFLICT, "no rendition to try"))
             else:

@@ -70,6 +70,19 @@ def test_conflict_writes_nothing(fake_project, tmp_path):
     assert not (fake_project.root / "patches" / "renditions").exists()
 
 
+def test_bug_fixed_differently_upstream_is_fixed_upstream(fake_project, tmp_path, test_witnesses):
+    files = tree_files("0.1.0")
+    kernel = "python/sglang/jit_kernel/csrc/kernel.cuh"
+    guarded = files[kernel].replace("#include <cuda_runtime.h>\n", "#ifndef USE_ROCM\n#include <cuda_runtime.h>\n#endif\n")
+    patch = format_patch(tmp_path, files, {kernel: guarded}, "kernel: guard", trailers={"Witness": "guard-text"})
+    fake_project.set_patches([("0001-guard.patch", patch)])
+    upstream_way = "#pragma once\n#ifndef USE_ROCM  // upstream's own fix\n#include <cuda_runtime.h>\n#endif\n"
+    make_wheel(fake_project.index, "0.3.0", {**BASE_FILES, "sglang/jit_kernel/csrc/kernel.cuh": upstream_way})
+    report = forward.forward_port(fake_project.project, "0.3.0")
+    assert [(o.name, o.verdict) for o in report.outcomes] == [("0001-guard.patch", "fixed-upstream")]
+    assert report.written
+
+
 def test_already_pinned_version_is_refused(fake_project):
     with pytest.raises(Exception, match="already pinned"):
         forward.forward_port(fake_project.project, "0.2.0")
@@ -84,7 +97,7 @@ def test_end_to_end_forward_port_of_the_real_series_to_a_real_release(tmp_path):
     (root / "upstream" / "pins.toml").write_text(text[: text.index('[[pin]]\nversion = "0.5.23"')])
     report = forward.forward_port(Project(root), "0.5.23")
     assert [(o.name, o.verdict) for o in report.outcomes] == [
-        ("0001-amd-guard-cuda-runtime-include-fused-metadata-copy.patch", "fixed-upstream")
+        ("0001-amd-guard-cuda-runtime-include-fused-metadata-copy.patch", "already-upstream")
     ]
     assert report.written
     ported = load_pins(root / "upstream" / "pins.toml").select(["0.5.23"])[0]
