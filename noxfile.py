@@ -32,12 +32,17 @@ def _hip_toolchain(session: nox.Session) -> None:
         session.warn("HIP toolchain not installed: rocm-guard falls back to its include-graph level")
 
 
+def _sglpatch(session: nox.Session, *args: str) -> None:
+    """Install sglpatch and the witness toolchain, then run one sglpatch command."""
+    session.install("-e", ".")
+    _hip_toolchain(session)
+    session.run("sglpatch", *args, *session.posargs)
+
+
 @nox.session
 def apply(session: nox.Session) -> None:
     """Apply the series to pinned sglang releases; arguments after -- go to `sglpatch apply`."""
-    session.install("-e", ".")
-    _hip_toolchain(session)
-    session.run("sglpatch", "apply", *session.posargs)
+    _sglpatch(session, "apply")
 
 
 @nox.session
@@ -51,25 +56,19 @@ def check(session: nox.Session) -> None:
 @nox.parametrize("pin", PINS, ids=PINS)
 def witness(session: nox.Session, pin: str) -> None:
     """Run each patch's witness on one pin, on the pristine tree and on the patched tree."""
-    session.install("-e", ".")
-    _hip_toolchain(session)
-    session.run("sglpatch", "witness", pin, *session.posargs)
+    _sglpatch(session, "witness", pin)
 
 
 @nox.session
 def upstream(session: nox.Session) -> None:
     """Prepare one patch as an upstream PR: `nox -s upstream -- <patch> [--base <pin or ref>]`."""
-    session.install("-e", ".")
-    _hip_toolchain(session)
-    session.run("sglpatch", "upstream", *session.posargs)
+    _sglpatch(session, "upstream")
 
 
 @nox.session
 def rebase(session: nox.Session) -> None:
     """Forward-port the series to a new sglang release: `nox -s rebase -- 0.5.24`."""
-    session.install("-e", ".")
-    _hip_toolchain(session)
-    session.run("sglpatch", "rebase", *session.posargs)
+    _sglpatch(session, "rebase")
 
 
 @nox.session

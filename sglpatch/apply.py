@@ -326,6 +326,14 @@ def _tree_of(tree_path: Path, commit: str) -> str:
     return git_out(["rev-parse", f"{commit}^{{tree}}"], tree_path)
 
 
+def checkout_commit(repo: Path, commit: str, dest: Path) -> Path:
+    """The files of ``commit`` written to ``dest`` (no .git), for a witness to look at."""
+    archive = run_git(["archive", "--format=tar", commit], repo).stdout
+    with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
+        tar.extractall(dest, filter="data")
+    return dest
+
+
 class _Checkouts:
     """Commits checked out on demand (for witnesses) in private folders, removed afterwards."""
 
@@ -339,10 +347,7 @@ class _Checkouts:
     def get(self, commit: str) -> Path:
         if commit not in self.folders:
             folder = Path(tempfile.mkdtemp(dir=self.tree_path / ".git", prefix="sglpatch-witness-"))
-            archive = run_git(["archive", "--format=tar", commit], self.tree_path).stdout
-            with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
-                tar.extractall(folder, filter="data")
-            self.folders[commit] = folder
+            self.folders[commit] = checkout_commit(self.tree_path, commit, folder)
         return self.folders[commit]
 
     def __exit__(self, *exc) -> None:

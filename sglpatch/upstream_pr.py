@@ -8,18 +8,16 @@ clone of sglang). The export refuses, with the reason, a patch that is already u
 
 from __future__ import annotations
 
-import io
 import json
 import shutil
 import subprocess
 import re
-import tarfile
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 from sglpatch import sources, witnesses
-from sglpatch.apply import commit_patch, ensure_tree_repo
+from sglpatch.apply import checkout_commit, commit_patch, ensure_tree_repo
 from sglpatch.errors import SglpatchError
 from sglpatch.gitcmd import git_out, run_git
 from sglpatch.series import METADATA_TRAILERS, PatchFile, SeriesPatch
@@ -77,7 +75,7 @@ def export(
                 raise SglpatchError(f"{patch.name}: already upstream at {label} (the patch reverse-applies); nothing to send")
             raise SglpatchError(f"{patch.name}: does not apply to {label}; rebase it first (nox -s rebase)")
         if witness is not None:
-            before = witness.run(_checkout(repo, base_commit, Path(scratch) / "before"), pin)
+            before = witness.run(checkout_commit(repo, base_commit, Path(scratch) / "before"), pin)
             if before.state == CLEAN:
                 raise SglpatchError(
                     f"{patch.name}: not needed at {label}: witness {witness.name} already passes there ({before.detail})"
@@ -86,7 +84,7 @@ def export(
         tree = git_out(["write-tree"], repo, env=env)
         commit = commit_patch(repo, rendition, tree, base_commit)
         if witness is not None:
-            after = witness.run(_checkout(repo, commit, Path(scratch) / "after"), pin)
+            after = witness.run(checkout_commit(repo, commit, Path(scratch) / "after"), pin)
             if after.state == BUG:
                 raise SglpatchError(f"{patch.name}: witness {witness.name} still fails with the patch at {label}: {after.detail}")
     branch = BRANCH_PREFIX + patch.stem
@@ -116,13 +114,6 @@ def _rendition(patch: SeriesPatch, version: str | None, repo: Path, base_commit:
         if paths and all(path in files for path in paths):
             return rendition
     return patch.main
-
-
-def _checkout(repo: Path, commit: str, dest: Path) -> Path:
-    archive = run_git(["archive", "--format=tar", commit, "python"], repo).stdout
-    with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
-        tar.extractall(dest, filter="data")
-    return dest
 
 
 def _matrix_results(project, name: str) -> list[str]:
