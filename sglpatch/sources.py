@@ -113,6 +113,10 @@ def _open_url(url: str):
 
 def _artifact_url(index: str, filename: str) -> str:
     """Where ``filename`` lives on a PEP 503/691 index, or in a local folder given as file://."""
+    if index.startswith("file://") or "://" not in index:
+        # A local folder: the file is where its name says; listing it would hash every artifact.
+        folder = Path(urllib.parse.urlparse(index).path if "://" in index else index)
+        return (folder / filename).as_uri()
     entries = index_entries(index)
     if filename not in entries:
         raise SglpatchError(f"{filename}: not on the package index {index}")
