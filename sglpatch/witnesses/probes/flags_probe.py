@@ -27,6 +27,7 @@ import json
 import logging
 import os
 import sys
+import time
 import traceback
 import warnings
 
@@ -112,7 +113,10 @@ def main(spec_path: str, out_path: str) -> int:
     if root.level > logging.WARNING or root.level == logging.NOTSET:
         root.setLevel(logging.WARNING)
 
+    started = time.monotonic()
     from sglang.srt.server_args import ServerArgs
+
+    seconds = {"import": round(time.monotonic() - started, 2)}
 
     results = {}
     arch = first_arch
@@ -127,6 +131,7 @@ def main(spec_path: str, out_path: str) -> int:
             hip_emulation.set_arch(arch)
             _forget_device_answers()
         records.messages = []
+        started = time.monotonic()
         result: dict = {"error": None}
         with warnings.catch_warnings(record=True) as raised:
             warnings.simplefilter("always")
@@ -139,11 +144,12 @@ def main(spec_path: str, out_path: str) -> int:
                 result["traceback"] = traceback.format_exc(limit=6)
         result["warnings"] = records.messages + [f"{w.category.__name__}: {w.message}" for w in raised]
         results[name] = result
+        seconds[name] = round(time.monotonic() - started, 2)
     results = {name: results[name] for name in spec["scenarios"]}
     _set_environ(import_environ, {})
 
     with open(out_path, "w") as handle:
-        json.dump({"standins": stood_in, "scenarios": results}, handle, default=str)
+        json.dump({"standins": stood_in, "seconds": seconds, "scenarios": results}, handle, default=str)
     return 0
 
 
