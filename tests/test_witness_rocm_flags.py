@@ -87,7 +87,8 @@ def test_resolve_server_args_reports_depth_normalisation_and_rejected_argv(tmp_p
 
 def test_profile_argv_edits_drop_and_override_the_profiles_flags():
     profile = rocm_flags.load_profile(rocm_flags.PROFILE)
-    argv = rocm_flags.profile_argv(profile, "/m", ["!--kv-cache-dtype", "!--disable-custom-all-reduce", "--tp-size", "6"])
+    edits = ["!--kv-cache-dtype", "!--disable-custom-all-reduce", "--tp-size", "6"]
+    argv = rocm_flags.profile_argv(profile, "/m", edits)
     assert "--kv-cache-dtype" not in argv and "--disable-custom-all-reduce" not in argv
     assert argv[:2] == ["--model-path", "/m"]
     # argparse keeps the last value, so the scenario's --tp-size wins over the profile's.
