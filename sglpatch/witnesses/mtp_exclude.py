@@ -127,7 +127,7 @@ def judge(answer: dict, name: str = MtpQuarkExcludeWitness.name) -> WitnessResul
             insane.append(f"{CONTROL_SPELLING}: {module} is unquantized with nothing excluded")
     if insane:
         return WitnessResult(name, UNAVAILABLE, level, "the probe cannot tell: " + "; ".join(insane))
-    failures = []
+    failures: dict[str, list[str]] = {}  # problems -> the spellings that have them
     for case in EXCLUDED_SPELLINGS:
         found = cases[case]
         problems = []
@@ -135,18 +135,17 @@ def judge(answer: dict, name: str = MtpQuarkExcludeWitness.name) -> WitnessResul
             got = found["modules"].get(module)
             if got is None:
                 continue  # eh_proj before 0.5.11: a plain nn.Linear, never quantized
-            if not got["unquantized"]:
-                problems.append(f"{module} {got['quant_method']}, load {got['load']}")
-            elif got["load"] != "ok":
-                problems.append(f"{module} unquantized but load {got['load']} ({got['load_detail']})")
+            if not got["unquantized"] or got["load"] != "ok":
+                problems.append(f"{module} {_short(got['quant_method'])}/{got['load']}")
         if found.get("draft_fusion") == "on":
             problems.append(f"shared expert fused into the MXFP4 routed experts on {gpu}")
         if problems:
-            failures.append(f"{case}: " + "; ".join(problems))
+            failures.setdefault("; ".join(problems), []).append(case)
     checked = sorted({m for case in EXCLUDED_SPELLINGS for m in cases[case]["modules"] if m in EXCLUDED_MODULES})
     fusion = ", ".join(f"{case} {cases[case].get('draft_fusion')}" for case in EXCLUDED_SPELLINGS)
     if failures:
-        return WitnessResult(name, BUG, level, " | ".join(failures) + f" [draft fusion: {fusion}]")
+        detail = " | ".join(f"{', '.join(spellings)}: {problems}" for problems, spellings in failures.items())
+        return WitnessResult(name, BUG, level, f"{detail} [draft fusion: {fusion}]")
     return WitnessResult(
         name,
         CLEAN,
@@ -154,3 +153,8 @@ def judge(answer: dict, name: str = MtpQuarkExcludeWitness.name) -> WitnessResul
         f"{', '.join(checked)} unquantized and loaded exactly for spellings {', '.join(EXCLUDED_SPELLINGS)}; "
         f"{CONTROL_MODULE} stays {cases['fused']['modules'][CONTROL_MODULE]['quant_method']} [draft fusion: {fusion}]",
     )
+
+
+def _short(method: str) -> str:
+    """``QuarkLinearMethod(QuarkW4A4MXFP4)`` -> ``QuarkW4A4MXFP4``; others as they are."""
+    return method[method.index("(") + 1 : -1] if method.endswith(")") and "(" in method else method
