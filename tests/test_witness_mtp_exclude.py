@@ -137,7 +137,8 @@ def test_resolve_mtp_modules_reports_each_module_of_a_given_checkpoint(patched, 
         assert modules["shared_experts.down_proj"]["load"] == "ok"
     else:
         assert not gate_up["unquantized"] and gate_up["load"] == "shape-mismatch", gate_up
-        assert modules["shared_experts.down_proj"]["load"] == "silent-wrong"
+        # 0.5.23's own remapping copies exact names, and down_proj is not a fused module: it works.
+        assert modules["shared_experts.down_proj"]["load"] == "ok"
     # Not excluded and not in the checkpoint: quantized, nothing to load.
     assert not modules["self_attn.o_proj"]["unquantized"] and modules["self_attn.o_proj"]["load"] == "absent"
     assert modules["eh_proj"]["load"] == "absent"
