@@ -521,6 +521,7 @@ def run(args, result: dict) -> None:
         setup_parallel()
         cls, name = draft_class()
         result["draft_class"] = name
+        result["draft_import_s"] = round(time.time() - started - result["import_s"], 1)
         if args.checkpoint:
             cases = {"checkpoint": args.checkpoint}
         else:
@@ -534,8 +535,10 @@ def run(args, result: dict) -> None:
                 raise RuntimeError(f"{folder}/config.json has no Quark quantization_config")
             hf_config = PretrainedConfig(**config)
             hf_config.architectures = [name]  # as ModelConfig._config_draft_model does
+            case_started = time.time()
             try:
                 result["cases"][case] = resolve(cls, hf_config, quant_dict, folder)
+                result["cases"][case]["seconds"] = round(time.time() - case_started, 1)
             except Exception as exc:  # noqa: BLE001 - one case failing is an answer about it
                 result["cases"][case] = {"error": f"{type(exc).__name__}: {exc}",
                                          "traceback": traceback.format_exc(limit=-8)}
