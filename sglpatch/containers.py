@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import io
 import os
+import re
 import tarfile
 import threading
 from dataclasses import dataclass, field
@@ -55,7 +56,7 @@ for patch in "$(dirname "$0")"/patches/*.patch; do
     if command -v git >/dev/null 2>&1 && [ -d .git ]; then
         git -c core.fileMode=false apply --whitespace=nowarn "$patch"
     else
-        patch -p1 --forward --batch < "$patch"
+        patch -p1 -N < "$patch"  # -N: refuse a reversed or applied patch (GNU and busybox)
     fi
 done
 echo "sglpatch: series applied"
@@ -89,7 +90,7 @@ class PatchedImage:
     pin: str
     series_version: str
     series_hash: str
-    patches: tuple[Path, ...]  # the rendition files apply used for this pin, in series order
+    patches: tuple[tuple[str, Path], ...]  # (series name, rendition file) apply used for this pin, in order
     tools: tuple[Path, ...] = ()  # check scripts copied to /opt/sglpatch/checks
     checkout: str = CHECKOUT
 
@@ -123,8 +124,9 @@ class PatchedImage:
         with tarfile.open(fileobj=buffer, mode="w") as tar:
             _add(tar, "Dockerfile", self.dockerfile().encode())
             _add(tar, "sglpatch/apply-series.sh", APPLY_SCRIPT.encode(), 0o755)
-            for number, patch in enumerate(self.patches, 1):
-                _add(tar, f"sglpatch/patches/{number:04d}-{patch.name}", patch.read_bytes())
+            for number, (name, path) in enumerate(self.patches, 1):
+                # The number keeps the series order in the script's glob; the name is the series'.
+                _add(tar, f"sglpatch/patches/{number:03d}_{name}", path.read_bytes())
             for tool in self.tools:
                 _add(tar, f"sglpatch/checks/{tool.name}", tool.read_bytes(), 0o755)
         return buffer.getvalue()
@@ -135,6 +137,9 @@ def _add(tar: tarfile.TarFile, name: str, data: bytes, mode: int = 0o644) -> Non
     info.size = len(data)
     info.mode = mode
     tar.addfile(info, io.BytesIO(data))
+
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 
 class BuildFailed(SglpatchError):
@@ -157,7 +162,8 @@ def build_image(client, spec: PatchedImage, on_log: Callable[[str], None] = prin
     image_id, tail = "", []
     for chunk in stream:
         if "stream" in chunk:
-            for line in chunk["stream"].splitlines():
+            # The engine colours a step's stderr; the log is for files and CI pages, so plain text.
+            for line in _ANSI.sub("", chunk["stream"]).splitlines():
                 tail = (tail + [line])[-40:]
                 on_log(line)
         if "error" in chunk:
@@ -171,9 +177,10 @@ def build_image(client, spec: PatchedImage, on_log: Callable[[str], None] = prin
 
 @dataclass
 class ContainerRun:
-    exit_code: int | None  # None: killed at the timeout
+    exit_code: int | None  # None: killed at the timeout, or never started
     log: str
     timed_out: bool = False
+    start_error: str = ""  # the engine refused to start it (e.g. the command does not exist)
 
 
 @dataclass
@@ -222,7 +229,12 @@ def run_check(
             on_log(lines[-1])
 
     try:
-        container.start()
+        try:
+            container.start()
+        except Exception as exc:  # docker.errors.APIError: the reason is in its explanation
+            reason = getattr(exc, "explanation", None) or str(exc)
+            on_log(f"container did not start: {reason}")
+            return ContainerRun(None, f"container did not start: {reason}", start_error=str(reason))
         reader = threading.Thread(target=follow, daemon=True)
         reader.start()
         try:

@@ -122,7 +122,12 @@ class PinUnderTest:
     series_version: str
     series_hash: str
     result: PinResult
-    touched_kernels: list[str] = field(default_factory=list)  # tree paths of JIT kernel sources changed
+    # JIT kernel source (tree path) -> (patch, applied because its witness found the bug) per patch
+    kernel_patches: dict[str, list[tuple[str, bool]]] = field(default_factory=dict)
+
+    @property
+    def touched_kernels(self) -> list[str]:
+        return sorted(self.kernel_patches)
 
     def applied(self):
         return [o for o in self.result.patches if o.commit and o.status not in (NOT_NEEDED, NOT_APPLICABLE)]
@@ -140,14 +145,19 @@ def prepare_pin(project: Project, version: str) -> PinUnderTest:
 
     pristine_tree = git_out(["rev-parse", f"{result.pristine}^{{tree}}"], tree_path)
     series = project.series()
-    touched = []
+    # Kernels each patch's rendition for this pin touches, whether apply applied it or found it
+    # fixed upstream: a kernel fixed upstream must build too, and the pristine build of a kernel
+    # must fail exactly where a patch for it was needed.
+    kernel_patches: dict[str, list[tuple[str, bool]]] = {}
     for patch in series.patches:
         rendition = patch.for_version(version)
         outcome = next((o for o in result.patches if o.name == patch.name), None)
-        if rendition is None or outcome is None or outcome.status in (NOT_NEEDED, NOT_APPLICABLE, *FAILURES):
+        if rendition is None or outcome is None or outcome.status == NOT_APPLICABLE:
             continue
         existing, created = diffs.touched_paths(diffs.parse_diff(rendition))
-        touched += [path for path in existing + created if is_jit_kernel_source(path)]
+        for path in existing + created:
+            if is_jit_kernel_source(path):
+                kernel_patches.setdefault(path, []).append((patch.name, bool(outcome.commit) and outcome.needed is True))
     return PinUnderTest(
         pin=pin,
         tree_path=tree_path,
@@ -158,7 +168,7 @@ def prepare_pin(project: Project, version: str) -> PinUnderTest:
         series_version=report.series_version,
         series_hash=report.series_digest,
         result=result,
-        touched_kernels=sorted(set(touched)),
+        kernel_patches=kernel_patches,
     )
 
 
@@ -194,7 +204,6 @@ def kernel_parts(put: PinUnderTest, kernels: list[str], *, pristine_too: bool) -
     """The HIP build of each kernel on the patched tree (must pass) and, with ``pristine_too``, on
     the pristine tree: it must fail there exactly where the series carries a patch for it."""
     parts = []
-    needed_by_apply = {o.name for o in put.applied() if o.needed}
     for kernel in kernels:
         name = Path(kernel).name
         patched = compile_witness(put.patched_tree, put.patched_commit, put, kernel)
@@ -204,10 +213,9 @@ def kernel_parts(put: PinUnderTest, kernels: list[str], *, pristine_too: bool) -
         parts.append(_witness_part(f"HIP build of {name} (patched)", patched, expect=CLEAN))
         if pristine_too:
             pristine = compile_witness(put.pristine_tree, put.pristine_commit, put, kernel)
-            guard_in_series = kernel in put.touched_kernels and bool(needed_by_apply)
-            expect = BUG if guard_in_series else CLEAN
-            part = _witness_part(f"HIP build of {name} (pristine)", pristine, expect=expect)
-            why = "the series patches it, so the pristine pin must fail" if guard_in_series else "no patch needed here"
+            needed = [patch for patch, applied in put.kernel_patches.get(kernel, []) if applied]
+            part = _witness_part(f"HIP build of {name} (pristine)", pristine, expect=BUG if needed else CLEAN)
+            why = f"{', '.join(needed)} was needed here" if needed else "no patch for it was needed here"
             part.detail = f"{part.detail} ({why})"
             parts.append(part)
     return parts

@@ -119,7 +119,7 @@ def _finish(record: CellRecord, out: Path, log_path: Path, started: float) -> Ce
 
 
 def patched_image(put: PinUnderTest, options: RocmOptions) -> containers.PatchedImage:
-    patches = tuple(Path(outcome.rendition) for outcome in put.applied())
+    patches = tuple((outcome.name, Path(outcome.rendition)) for outcome in put.applied())
     return containers.PatchedImage(
         base_image=options.image_for(put.pin.version, put.pin.rocm_image),
         pin=put.pin.version,
@@ -162,6 +162,9 @@ def judge(cell: Cell, run: containers.ContainerRun, record: CellRecord) -> None:
     """The check definitions applied to what the container printed."""
     figures = _last_json(run.log)
     where = f"{cell.check} in the patched image"
+    if run.start_error:
+        record.parts.append(Part(where, FAILED, f"the container did not start: {run.start_error}"[:600]))
+        return
     if run.timed_out:
         record.parts.append(Part(where, FAILED, "timed out"))
         return
