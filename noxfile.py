@@ -43,10 +43,20 @@ def _hip_toolchain(session: nox.Session) -> None:
         session.warn("HIP toolchain not installed: rocm-guard falls back to its include-graph level")
 
 
+def _cpu_env(session: nox.Session) -> None:
+    """The CPU Python of the MTP and flags witnesses, built once up front so a failure is named here;
+    without it those witnesses answer "unavailable" with pip's reason."""
+    try:
+        session.run("sglpatch", "cpu-env", silent=True)
+    except nox.command.CommandFailed:
+        session.warn("CPU witness environment not built: the MTP and flags witnesses will be unavailable")
+
+
 def _sglpatch(session: nox.Session, *args: str) -> None:
-    """Install sglpatch and the witness toolchain, then run one sglpatch command."""
+    """Install sglpatch and the witness toolchains, then run one sglpatch command."""
     session.install("-e", ".")
     _hip_toolchain(session)
+    _cpu_env(session)
     session.run("sglpatch", *args, *session.posargs)
 
 
@@ -87,6 +97,7 @@ def tests(session: nox.Session) -> None:
     """The test suite (pytest with xdist); arguments after -- go to pytest."""
     session.install("-e", ".[test]")
     _hip_toolchain(session)
+    _cpu_env(session)
     session.run("pytest", "-n", "auto", *session.posargs)
 
 

@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from sglpatch import forward, sources, upstream_pr, versions
+from sglpatch import forward, pyenv, sources, upstream_pr, versions
 from sglpatch.check import check_series
 from sglpatch.errors import SglpatchError
 from sglpatch.profile import load_profile
@@ -99,6 +99,10 @@ def _parser() -> argparse.ArgumentParser:
     fetch.add_argument("pins", nargs="*", help="pin versions (default: all)")
     fetch.add_argument("--git-url", help="fetch from this git remote or mirror and check the SHA")
     fetch.set_defaults(func=_fetch)
+
+    cpu_env = sub.add_parser("cpu-env", help="build (or reuse) the CPU Python the witnesses' probes run in")
+    cpu_env.add_argument("pins", nargs="*", help="pin versions (default: all)")
+    cpu_env.set_defaults(func=_cpu_env)
 
     _matrix_parser(sub)
     return parser
@@ -288,4 +292,13 @@ def _fetch(project: Project, args: argparse.Namespace) -> int:
         else:
             pristine = sources.pristine_from_index(pin, sources.index_url(pins.index_url))
         print(f"{pin.version}: {pristine.commit} ({pristine.source}) in {pristine.repo}")
+    return 0
+
+
+def _cpu_env(project: Project, args: argparse.Namespace) -> int:
+    pins = project.pins()
+    for pin in pins.select(args.pins):
+        python = pyenv.cpu_python(pin, sources.index_url(pins.index_url))
+        overlay = " ".join(f"{name}{spec}" for name, spec in python.overlay.items()) or "(the base alone)"
+        print(f"{pin.version}: {python.python}  {overlay}")
     return 0

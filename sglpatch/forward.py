@@ -30,7 +30,6 @@ from sglpatch.apply import (
     ALREADY_UPSTREAM,
     APPLIED,
     APPLIED_WITH_OFFSET,
-    FAILURES,
     NOT_APPLICABLE,
     NOT_NEEDED,
     apply_pin,
@@ -39,7 +38,7 @@ from sglpatch.apply import (
 from sglpatch.errors import SglpatchError
 from sglpatch.gitcmd import git_out, run_git
 from sglpatch.pins import Pin
-from sglpatch.series import RENDITIONS_DIR, PatchFile, Series, SeriesPatch, parse_patch_file
+from sglpatch.series import RENDITIONS_DIR, PatchFile, Series, SeriesPatch
 
 CARRIES_OVER = "carries-over"
 NEW_RENDITION = "new-rendition"

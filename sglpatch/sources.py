@@ -95,6 +95,19 @@ def fetch_artifact(pin: Pin, index: str) -> Path:
     return dest
 
 
+def artifact_metadata(artifact: Path) -> str:
+    """The core metadata (METADATA of a wheel, PKG-INFO of an sdist) of a downloaded artifact."""
+    if artifact.name.endswith(".whl"):
+        with zipfile.ZipFile(artifact) as archive:
+            name = next(n for n in archive.namelist() if n.endswith(".dist-info/METADATA"))
+            return archive.read(name).decode()
+    with tarfile.open(artifact) as archive:
+        member = next(m for m in archive.getmembers() if m.name.count("/") == 1 and m.name.endswith("/PKG-INFO"))
+        handle = archive.extractfile(member)
+        assert handle is not None
+        return handle.read().decode()
+
+
 def _sha256(path: Path) -> str:
     digest = hashlib.sha256()
     with path.open("rb") as handle:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import datetime
 import re
-import subprocess
 import tempfile
 from pathlib import Path
 

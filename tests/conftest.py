@@ -24,6 +24,19 @@ from sglpatch.project import Project
 from sglpatch.witnesses import BUG, CLEAN, UNAVAILABLE, WitnessResult
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
+# CI sets this: there a witness that could not run (no toolchain, no CPU environment) is a failure,
+# not a skip, because CI installs both itself.
+REQUIRE_WITNESSES = os.environ.get("SGLPATCH_REQUIRE_WITNESSES") == "1"
+
+
+def require_witness(result: WitnessResult) -> WitnessResult:
+    """``result`` when the witness ran; otherwise skip with its reason (fail where CI requires it)."""
+    if result.state == UNAVAILABLE:
+        message = f"witness {result.witness} could not run here: {result.detail}"
+        if REQUIRE_WITNESSES:
+            pytest.fail(message)
+        pytest.skip(message)
+    return result
 
 BASE_FILES = {
     "sglang/__init__.py": "from sglang.version import __version__\n",

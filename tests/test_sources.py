@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import io
 import multiprocessing
 import tarfile
-import zipfile
 from pathlib import Path
 
 import pytest

@@ -114,7 +114,7 @@ def fp8_macro(arch: str) -> str:
 def required_tvm_ffi(pin: Pin) -> str:
     """The apache-tvm-ffi version the pin's metadata asks for (the newest pinned one in a range)."""
     artifact = sources.fetch_artifact(pin, sources.index_url("https://pypi.org/simple"))
-    metadata = _artifact_metadata(artifact)
+    metadata = sources.artifact_metadata(artifact)
     match = re.search(r"^Requires-Dist: apache-tvm-ffi\s*\(?([^;\n)]*)", metadata, re.MULTILINE)
     if not match:
         raise SglpatchError(f"{pin.artifact}: its metadata does not require apache-tvm-ffi")
@@ -126,20 +126,6 @@ def required_tvm_ffi(pin: Pin) -> str:
             f"TVM_FFI_WHEELS ({__file__})"
         )
     return candidates[-1]
-
-
-def _artifact_metadata(artifact: Path) -> str:
-    if artifact.name.endswith(".whl"):
-        with zipfile.ZipFile(artifact) as archive:
-            name = next(n for n in archive.namelist() if n.endswith(".dist-info/METADATA"))
-            return archive.read(name).decode()
-    import tarfile
-
-    with tarfile.open(artifact) as archive:
-        member = next(m for m in archive.getmembers() if m.name.count("/") == 1 and m.name.endswith("/PKG-INFO"))
-        handle = archive.extractfile(member)
-        assert handle is not None
-        return handle.read().decode()
 
 
 def tvm_ffi_headers(version: str) -> Path:

@@ -1,0 +1,114 @@
+"""The CPU Python the probes run in: a pinned base, each pin's own requirements on top, and the
+shared child-side test doubles (stand-in modules, HIP emulation)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO_ROOT
+from sglpatch import pyenv
+from sglpatch.pins import load_pins
+
+PINS = load_pins(REPO_ROOT / "upstream" / "pins.toml")
+
+
+def _probe(tmp_path: Path, source: str, python: str = sys.executable) -> dict:
+    script = tmp_path / "probe.py"
+    script.write_text(textwrap.dedent(source))
+    done = subprocess.run(
+        [python, str(script)], env={"PYTHONPATH": str(pyenv.PROBES), "PATH": "/usr/bin:/bin"},
+        capture_output=True, text=True, timeout=600,
+    )
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_stand_ins_replace_only_what_cannot_be_imported(tmp_path):
+    answer = _probe(tmp_path, """
+        import json, standins
+        stood_in = standins.install("json", "sglpatch_no_such_gpu_package")
+        import sglpatch_no_such_gpu_package as gpu
+        from sglpatch_no_such_gpu_package.ops import Kernel, fused_op
+
+        class Sub(Kernel):  # a placeholder works as a base class
+            pass
+
+        @gpu.register_custom_op
+        def op():
+            return 7
+
+        print(json.dumps({"stood_in": stood_in, "decorated": op(), "isinstance": isinstance(Sub(), Kernel),
+                          "called": repr(fused_op(1, 2))}))
+    """)
+    assert answer["stood_in"] == ["sglpatch_no_such_gpu_package"]  # json is real and stays real
+    assert answer["decorated"] == 7
+    assert answer["isinstance"] is True
+    assert "stand-in" in answer["called"]
+
+
+def test_a_partial_stand_in_keeps_other_submodules_missing(tmp_path):
+    answer = _probe(tmp_path, """
+        import json, standins
+        stood_in = standins.install(partial={"sglpatch_gpu_kernels": ["sglpatch_gpu_kernels.kvcacheio"]})
+        import sglpatch_gpu_kernels
+        from sglpatch_gpu_kernels.kvcacheio import transfer
+        try:
+            import sglpatch_gpu_kernels.flash
+            flash = "imported"
+        except ImportError:
+            flash = "missing"
+        print(json.dumps({"stood_in": stood_in, "flash": flash, "has_attr": hasattr(sglpatch_gpu_kernels, "gemm")}))
+    """)
+    assert answer == {
+        "stood_in": ["sglpatch_gpu_kernels(sglpatch_gpu_kernels.kvcacheio only)"],
+        "flash": "missing",
+        "has_attr": False,
+    }
+
+
+@pytest.mark.network
+def test_each_pin_gets_the_transformers_its_own_metadata_pins():
+    for pin in PINS.pins:
+        wanted = {str(r.name).lower(): str(r.specifier) for r in pyenv.pin_requirements(pin)}
+        python = pyenv.cpu_python(pin)
+        done = subprocess.run(
+            [str(python.python), "-c", "import transformers, torch; print(transformers.__version__, torch.__version__)"],
+            capture_output=True, text=True, check=True,
+        )
+        transformers_version, torch_version = done.stdout.split()
+        assert wanted["transformers"] == f"=={transformers_version}", pin.version
+        assert torch_version.startswith("2.13.0"), pin.version
+
+
+@pytest.mark.network
+def test_hip_emulation_makes_torch_report_the_chosen_amd_gpu(tmp_path):
+    python = pyenv.cpu_python(PINS.newest)
+    answer = _probe(tmp_path, """
+        import json, subprocess, hip_emulation, torch
+        hip_emulation.emulate()
+        mi355x = (torch.version.hip is not None, torch.cuda.is_available(), torch.cuda.get_device_capability(),
+                  torch.cuda.get_device_properties(0).gcnArchName)
+        hip_emulation.set_arch(hip_emulation.MI300X)
+        rocminfo = subprocess.run(["rocminfo"], capture_output=True, text=True).stdout
+        print(json.dumps({"mi355x": mi355x, "mi300x": torch.cuda.get_device_capability(),
+                          "rocminfo": rocminfo.count("gfx942")}))
+    """, python=str(python.python))
+    assert answer == {"mi355x": [True, True, [9, 5], "gfx950:sramecc+:xnack-"], "mi300x": [9, 4], "rocminfo": 8}
+
+
+def test_a_failed_environment_build_is_unavailable_and_leaves_nothing(tmp_path, monkeypatch):
+    monkeypatch.setenv("SGLPATCH_CACHE_DIR", str(tmp_path / "cache"))
+    requirements = tmp_path / "requirements-cpu.txt"
+    requirements.write_text("sglpatch-there-is-no-such-package==0.0.1\n")
+    monkeypatch.setattr(pyenv, "REQUIREMENTS", requirements)
+    monkeypatch.setenv("PIP_INDEX_URL", (tmp_path / "empty-index").as_uri())
+    monkeypatch.setenv("PIP_NO_INDEX", "1")
+    with pytest.raises(pyenv.EnvUnavailable, match="CPU witness environment \\(base\\): pip failed"):
+        pyenv._base_env()
+    assert not [p for p in (tmp_path / "cache" / "pyenv").glob("base-*") if p.is_dir()], "a half-built environment was left"
