@@ -191,13 +191,7 @@ def compile_witness(tree_hash: str, commit: str, put: PinUnderTest, kernel: str)
         return None
     witness = witness_class()
 
-    def materialize() -> Path:
-        import tempfile
-
-        folder = Path(tempfile.mkdtemp(prefix="sglpatch-matrix-"))
-        return checkout_commit(put.tree_path, commit, folder)
-
-    return witnesses.run_cached(witness, tree_hash, put.pin, materialize)
+    return witnesses.run_cached(witness, tree_hash, put.pin, lambda: _checkout(put, commit))
 
 
 def kernel_parts(put: PinUnderTest, kernels: list[str], *, pristine_too: bool) -> list[Part]:
@@ -305,6 +299,15 @@ def run_cpu_cell(project: Project, cell: Cell, *, use_cache: bool = True) -> Cel
             return _finish(record, out, log_path, started, None)
         except (ValueError, TypeError):
             entry.unlink(missing_ok=True)
+    try:
+        record, log = _run_fresh(put, cell, entry)
+    finally:
+        while _CHECKOUTS:
+            cache.remove(_CHECKOUTS.pop())
+    return _finish(record, out, log_path, started, log)
+
+
+def _run_fresh(put: PinUnderTest, cell: Cell, entry: Path) -> tuple[CellRecord, list[str]]:
     if cell.check == "spec":
         records = {depth: _new_record(cell, put) for depth in DEPTHS}
         logs = spec_cells(put, records)
@@ -316,7 +319,7 @@ def run_cpu_cell(project: Project, cell: Cell, *, use_cache: bool = True) -> Cel
         record = _new_record(cell, put)
         log = (build_cell if cell.check == "build" else load_cell)(put, record)
     _remember(entry, record)
-    return _finish(record, out, log_path, started, log)
+    return record, log
 
 
 def _new_record(cell: Cell, put: PinUnderTest) -> CellRecord:
@@ -436,48 +439,78 @@ def _last_json(stdout: str) -> dict | None:
 def load_cell(put: PinUnderTest, record: CellRecord) -> list[str]:
     """The MTP load witness on the patched tree, then a synthetic checkpoint of the pin's GlmMoeDsa
     shape through the pin's config and quantization resolution for every MTP module."""
-    name = "MTP modules resolve on the patched pin"
     try:
         mtp = importlib.import_module("sglpatch.witnesses.mtp_exclude")
     except ImportError:
-        record.parts.append(Part(name, SKIPPED, "the MTP load witness (sglpatch.witnesses.mtp_exclude) is not in this checkout"))
+        record.parts.append(Part("MTP load witness", SKIPPED, "sglpatch.witnesses.mtp_exclude is not in this checkout"))
         return []
-    from sglpatch import synthetic_checkpoint
-
-    log: list[str] = []
-    import tempfile
-
-    with tempfile.TemporaryDirectory(prefix="sglpatch-ckpt-") as folder:
-        try:
-            checkpoint = synthetic_checkpoint.write(put.tree_path, Path(folder))
-        except SglpatchError as exc:
-            record.parts.append(Part("synthetic GlmMoeDsa checkpoint", FAILED, str(exc)))
-            return log
-        for label, kwargs in (("MTP load witness", {}), (name, {"checkpoint": checkpoint})):
-            try:
-                modules = mtp.resolve_mtp_modules(put.tree_path, put.pin, **kwargs)
-            except SglpatchError as exc:
-                record.parts.append(Part(label, SKIPPED if "unavailable" in str(exc).lower() else FAILED, str(exc)))
-                continue
-            log.append(f"{label}: {json.dumps(modules, indent=1, default=str)}")
-            record.parts.append(_mtp_part(label, modules))
-            record.figures.setdefault("mtp_modules", len(modules))
+    witness = mtp.MtpQuarkExcludeWitness()
+    result = witnesses.run_cached(witness, put.patched_tree, put.pin, lambda: _checkout(put, put.patched_commit))
+    record.parts.append(_witness_part(f"MTP load witness ({witness.name}) on the patched pin", result, expect=CLEAN))
+    part, log = synthetic_checkpoint_part(put, mtp)
+    record.parts.append(part)
     return log
 
 
-def _mtp_part(label: str, modules: dict) -> Part:
-    """Every MTP module must have resolved its quantization and loaded (no shape mismatch)."""
-    if not modules:
-        return Part(label, FAILED, "no MTP module was resolved")
-    bad = {}
-    for module, answer in modules.items():
-        text = json.dumps(answer, default=str).lower()
-        if isinstance(answer, dict) and answer.get("error") or "mismatch" in text or "fail" in text:
-            bad[module] = answer
-    if bad:
-        first = next(iter(bad.items()))
-        return Part(label, FAILED, f"{len(bad)} of {len(modules)} MTP modules failed; {first[0]}: {first[1]}")
-    return Part(label, PASSED, f"{len(modules)} MTP modules resolved and loaded")
+_CHECKOUTS: list[Path] = []  # checkouts made for witnesses during one cell; removed when it ends
+
+
+def _checkout(put: PinUnderTest, commit: str) -> Path:
+    import tempfile
+
+    folder = Path(tempfile.mkdtemp(prefix="sglpatch-matrix-"))
+    _CHECKOUTS.append(folder)
+    return checkout_commit(put.tree_path, commit, folder)
+
+
+def synthetic_checkpoint_part(put: PinUnderTest, mtp) -> tuple[Part, list[str]]:
+    """A GLM-5-shaped Quark checkpoint written by the pin's own transformers, resolved by the
+    patched pin: every excluded MTP module unquantized and loaded exactly, the rest quantized."""
+    import tempfile
+
+    name = "synthetic GlmMoeDsa checkpoint through the pin's config and quantization"
+    try:
+        python = _cpu_python(put.pin)
+    except _Unavailable as exc:
+        return Part(name, SKIPPED, str(exc)), []
+    with tempfile.TemporaryDirectory(prefix="sglpatch-glm-ckpt-") as folder:
+        made = python.run([str(PROBES_DIR / "glm_checkpoint.py"), folder], tree=put.tree_path, timeout=300)
+        written = _last_json(made.stdout)
+        log = [f"$ glm_checkpoint.py: exit {made.returncode}", made.stdout[-4000:], made.stderr[-4000:]]
+        if written is None:
+            return Part(name, FAILED, f"the checkpoint was not written: {made.stderr.strip()[-400:]}"), log
+        try:
+            answer = mtp.resolve_mtp_modules(put.tree_path, put.pin, checkpoint=Path(folder))
+        except Exception as exc:  # EnvUnavailable, ProbeFailed: the probe's own words
+            state = SKIPPED if type(exc).__name__ == "EnvUnavailable" else FAILED
+            return Part(name, state, str(exc)[:600]), log
+    log.append(json.dumps(answer, indent=1, default=str)[:20000])
+    return judge_checkpoint(name, answer, written), log
+
+
+def judge_checkpoint(name: str, answer: dict, written: dict) -> Part:
+    case = (answer.get("cases") or {}).get("checkpoint")
+    if case is None:
+        return Part(name, FAILED, "the probe answered nothing for the checkpoint")
+    if case.get("error"):
+        return Part(name, FAILED, f"the draft could not be built: {case['error']}")
+    excluded = set(written["excluded"])
+    problems, seen = [], []
+    for module, got in case.get("modules", {}).items():
+        names = {n.removesuffix(".weight") for n in got.get("checkpoint_names", [])}
+        keep_bf16 = bool(names) and names <= excluded
+        seen.append(f"{module}: {got.get('quant_method')}/{got.get('load')}")
+        if keep_bf16 and not (got.get("unquantized") and got.get("load") == "ok"):
+            problems.append(f"{module} is excluded but got {got.get('quant_method')}/{got.get('load')}: {got.get('load_detail')}")
+        if not keep_bf16 and got.get("unquantized"):
+            problems.append(f"{module} is not excluded but was built unquantized")
+    if not seen:
+        return Part(name, FAILED, "no MTP module was resolved")
+    shape = written.get("shape", {})
+    where = f"layer {written.get('mtp_layer')} as {case.get('draft_prefix')}.*, {shape}"
+    if problems:
+        return Part(name, FAILED, "; ".join(problems) + f" ({where})")
+    return Part(name, PASSED, f"{'; '.join(seen)} ({where})")
 
 
 # -- spec ---------------------------------------------------------------------------------------------
