@@ -108,6 +108,7 @@ def tests(session: nox.Session) -> None:
 TIERS = ("cpu", "rocm")
 DEPTHS = range(1, 7)
 MATRIX_ENV = ROOT / ".nox" / "matrix-env"
+_TOOLCHAIN_CHECKED: list[bool] = []
 
 
 def _matrix_python(session: nox.Session) -> str:
@@ -124,8 +125,10 @@ def _matrix_python(session: nox.Session) -> str:
 def _cell(session: nox.Session, tier: str, check: str, pin: str, depth: int | None = None) -> None:
     """Run one matrix cell; a cell that cannot run here is reported as a nox skip with its reason."""
     python = _matrix_python(session)
-    if tier == "cpu":
+    if tier == "cpu" and not _TOOLCHAIN_CHECKED:
+        # Once per nox run (sessions share this process): the script's own check costs seconds.
         _hip_toolchain(session)
+        _TOOLCHAIN_CHECKED.append(True)
     name = f"{tier}-{check}-{pin}" + (f"-d{depth}" if depth is not None else "")
     record = ROOT / ".nox" / "matrix-sessions" / f"{name}.json"
     record.unlink(missing_ok=True)
