@@ -191,7 +191,7 @@ def judge(cell: Cell, run: containers.ContainerRun, record: CellRecord) -> None:
         text = figures.get("generate")
         record.parts.append(Part("one generate", PASSED if text else FAILED, repr(text)[:200]))
         return
-    for part in spec_parts(cell.depth, figures):
+    for part in spec_parts(cell.depth, record.figures):  # derived figures land in the record
         record.parts.append(part)
 
 
