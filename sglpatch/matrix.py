@@ -27,7 +27,7 @@ from sglpatch.errors import SglpatchError
 from sglpatch.pins import Pin
 from sglpatch.profile import Profile, load_profile
 from sglpatch.project import Project, apply_series
-from sglpatch.results import FAILED, PASSED, SKIPPED, CellRecord, Part, cell_id, combine, write_record
+from sglpatch.results import FAILED, PASSED, SKIPPED, CellRecord, Part, cell_id, combine, write_atomically, write_record
 from sglpatch.witnesses import BUG, CLEAN, UNAVAILABLE
 from sglpatch.witnesses import rocm_guard
 
@@ -335,10 +335,7 @@ def _remember(entry: Path, record: CellRecord) -> None:
     record.outcome, record.reason = combine(record.parts)
     if record.outcome not in (PASSED, FAILED):
         return
-    entry.parent.mkdir(parents=True, exist_ok=True)
-    tmp = entry.with_suffix(".tmp")
-    tmp.write_text(record.to_json())
-    tmp.replace(entry)
+    write_atomically(entry, record.to_json())
 
 
 def _finish(record: CellRecord, out: Path, log_path: Path, started: float, log: list[str] | None) -> CellRecord:

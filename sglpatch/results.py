@@ -85,12 +85,27 @@ def combine(parts: list[Part]) -> tuple[str, str]:
 
 
 def write_record(record: CellRecord, folder: Path) -> Path:
-    folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"{record.cell_id}.json"
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(record.to_json() + "\n")
-    tmp.replace(path)
+    write_atomically(path, record.to_json() + "\n")
     return path
+
+
+def write_atomically(path: Path, text: str) -> None:
+    """Write under a unique temporary name and rename: parallel writers never see half a file."""
+    import os
+    import tempfile
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    with os.fdopen(fd, "w") as handle:
+        handle.write(text)
+    os.replace(tmp, path)
+
+
+def failing(record: CellRecord, *, strict: bool = False) -> bool:
+    """Whether the cell fails its session: a failure always; with ``strict`` (CI, where every
+    toolchain is installed) also a cell that could not run all of its parts."""
+    return record.outcome in FAILING or (strict and record.outcome in (PARTIAL, SKIPPED))
 
 
 def read_records(folder: Path) -> list[CellRecord]:

@@ -143,6 +143,16 @@ def test_a_cell_passes_only_when_every_part_passed():
     assert combine([])[0] == SKIPPED
 
 
+def test_a_cell_that_could_not_run_everything_fails_only_where_ci_requires_it():
+    from sglpatch.results import failing
+
+    assert failing(_record("0.5.14", "build", FAILED))
+    for outcome in (PARTIAL, SKIPPED):
+        assert not failing(_record("0.5.14", "build", outcome))
+        assert failing(_record("0.5.14", "build", outcome), strict=True)
+    assert not failing(_record("0.5.14", "build", PASSED), strict=True)
+
+
 def test_the_table_has_a_row_per_pin_a_column_per_cell_and_the_reasons(tmp_path):
     records = [
         _record("0.5.14", "build", PASSED),
