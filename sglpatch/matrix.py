@@ -22,8 +22,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from sglpatch import cache, diffs, witnesses
-from sglpatch.apply import FAILURES, NOT_APPLICABLE, NOT_NEEDED, PinResult, checkout_commit
+from sglpatch.apply import NOT_APPLICABLE, NOT_NEEDED, PinResult, checkout_commit
 from sglpatch.errors import SglpatchError
+from sglpatch.gitcmd import git_out
 from sglpatch.pins import Pin
 from sglpatch.profile import Profile, load_profile
 from sglpatch.project import Project, apply_series
@@ -141,8 +142,6 @@ def prepare_pin(project: Project, version: str) -> PinUnderTest:
     if not result.ok:
         raise SglpatchError(f"applying the series to {version} failed: {result.error}")
     tree_path = Path(result.tree_path)
-    from sglpatch.gitcmd import git_out
-
     pristine_tree = git_out(["rev-parse", f"{result.pristine}^{{tree}}"], tree_path)
     series = project.series()
     # Kernels each patch's rendition for this pin touches, whether apply applied it or found it
@@ -186,11 +185,12 @@ COMPILE_WITNESSES = {Path(rocm_guard.HEADER).name: rocm_guard.RocmGuardWitness}
 
 
 def compile_witness(tree_hash: str, commit: str, put: PinUnderTest, kernel: str):
+    """The kernel's compile witness on one commit of the pin (cached by tree hash); None if the
+    kernel has none."""
     witness_class = COMPILE_WITNESSES.get(Path(kernel).name)
     if witness_class is None:
         return None
     witness = witness_class()
-
     return witnesses.run_cached(witness, tree_hash, put.pin, lambda: _checkout(put, commit))
 
 
