@@ -259,3 +259,34 @@ def test_rocm_session_door_records_a_skip_with_its_reason_here(project_copy, tmp
     record = json.loads(record_path.read_text())
     assert record["outcome"] == SKIPPED and "/dev/kfd" in record["reason"]
     assert "skipped" in capsys.readouterr().out
+
+
+@pytest.mark.network
+@pytest.mark.parametrize(
+    "version, module",
+    [
+        ("0.5.10", "sglang.jit_kernel.fused_metadata_copy"),
+        ("0.5.19", "sglang.kernels.ops.attention.fused_metadata_copy"),
+        ("0.5.23", "sglang.kernels.ops.attention.dsa.fused_metadata_copy"),
+    ],
+)
+def test_the_rocm_build_check_finds_the_kernel_loaders_in_every_layout(version, module, project_copy):
+    """The in-container build check must find what to compile wherever the release keeps it; the
+    module it finds defines every loader function the check calls, with the argument count used."""
+    put = matrix.prepare_pin(project_copy, version)
+    script = REPO_ROOT / "sglpatch" / "rocm_checks" / "build_check.py"
+    probe = (
+        "import importlib.util, json, sys\n"
+        f"spec = importlib.util.spec_from_file_location('build_check', {str(script)!r})\n"
+        "check = importlib.util.module_from_spec(spec); spec.loader.exec_module(check)\n"
+        "print(json.dumps({'modules': check.loader_modules('fused_metadata_copy.cuh'),"
+        " 'loaders': check.LOADERS['fused_metadata_copy.cuh']}))\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(put.tree_path / "python")}
+    answer = json.loads(subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, check=True).stdout)
+    assert answer["modules"] == [module]
+    source = (put.tree_path / "python" / Path(*module.split("."))).with_suffix(".py").read_text()
+    for name, args in answer["loaders"]:
+        signature = re.search(rf"def {name}\(([^)]*)\)", source)
+        assert signature, name
+        assert len([a for a in signature.group(1).split(",") if a.strip()]) == len(args), (name, signature.group(1))

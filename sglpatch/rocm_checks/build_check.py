@@ -11,6 +11,7 @@ of a touched kernel is called directly, and a compile error fails the check. Pri
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import json
 import pathlib
 import sys
@@ -27,10 +28,12 @@ LOADERS = {
 
 
 def loader_modules(kernel: str) -> list[str]:
-    """The Python modules of the installed sglang that define the kernel's loader functions."""
-    import sglang
-
-    root = pathlib.Path(sglang.__file__).parent
+    """The Python modules of the installed sglang that define the kernel's loader functions (found
+    by reading the package's files: importing sglang itself is not needed for this)."""
+    spec = importlib.util.find_spec("sglang")
+    if spec is None or not spec.submodule_search_locations:
+        return []
+    root = pathlib.Path(list(spec.submodule_search_locations)[0])
     names = [name for name, _ in LOADERS.get(kernel, [])]
     found = []
     for path in sorted(root.rglob("*.py")):
