@@ -125,6 +125,7 @@ class PinUnderTest:
     result: PinResult
     # JIT kernel source (tree path) -> (patch, applied because its witness found the bug) per patch
     kernel_patches: dict[str, list[tuple[str, bool]]] = field(default_factory=dict)
+    touched_python: list[str] = field(default_factory=list)  # Python files the applied patches change
 
     @property
     def touched_kernels(self) -> list[str]:
@@ -148,6 +149,7 @@ def prepare_pin(project: Project, version: str) -> PinUnderTest:
     # fixed upstream: a kernel fixed upstream must build too, and the pristine build of a kernel
     # must fail exactly where a patch for it was needed.
     kernel_patches: dict[str, list[tuple[str, bool]]] = {}
+    touched_python: set[str] = set()
     for patch in series.patches:
         rendition = patch.for_version(version)
         outcome = next((o for o in result.patches if o.name == patch.name), None)
@@ -157,6 +159,8 @@ def prepare_pin(project: Project, version: str) -> PinUnderTest:
         for path in existing + created:
             if is_jit_kernel_source(path):
                 kernel_patches.setdefault(path, []).append((patch.name, bool(outcome.commit) and outcome.needed is True))
+            elif path.startswith("python/sglang/") and path.endswith(".py") and outcome.commit:
+                touched_python.add(path)
     return PinUnderTest(
         pin=pin,
         tree_path=tree_path,
@@ -168,6 +172,7 @@ def prepare_pin(project: Project, version: str) -> PinUnderTest:
         series_hash=report.series_digest,
         result=result,
         kernel_patches=kernel_patches,
+        touched_python=sorted(touched_python),
     )
 
 
@@ -364,16 +369,16 @@ def build_cell(put: PinUnderTest, record: CellRecord) -> list[str]:
 
 
 def import_smoke_modules(put: PinUnderTest) -> list[str]:
-    """The modules the import smoke loads: the server's arguments and entry, the GLM/MTP models,
-    and every Python module of the tree that loads a kernel or file the series touches."""
+    """The modules the import smoke loads: the server's arguments, the GLM and MTP models, every
+    Python module the applied patches change, and every module that loads a kernel they touch."""
     package = put.tree_path / "python"
     modules = ["sglang", "sglang.srt.server_args", "sglang.srt.models.glm4_moe", "sglang.srt.models.deepseek_nextn"]
-    touched_names = {Path(k).name for k in put.touched_kernels}
-    touched_py = []
-    for path in sorted((package / "sglang").rglob("*.py")):
-        if touched_names and any(name in path.read_text(errors="replace") for name in touched_names):
-            touched_py.append(path)
-    for path in touched_py:
+    paths = [package.parent / path for path in put.touched_python]
+    kernel_names = {Path(k).name for k in put.touched_kernels}
+    if kernel_names:
+        paths += [path for path in sorted((package / "sglang").rglob("*.py"))
+                  if any(name in path.read_text(errors="replace") for name in kernel_names)]
+    for path in paths:
         module = ".".join(path.relative_to(package).with_suffix("").parts)
         modules.append(module.removesuffix(".__init__"))
     return [m for m in dict.fromkeys(modules) if _module_exists(package, m)]
