@@ -47,9 +47,10 @@ class Witness(Protocol):
 
 
 def registry() -> dict[str, Witness]:
+    from sglpatch.witnesses.rocm_flags import RocmFlagsWitness
     from sglpatch.witnesses.rocm_guard import RocmGuardWitness
 
-    witnesses: list[Witness] = [RocmGuardWitness()]
+    witnesses: list[Witness] = [RocmGuardWitness(), RocmFlagsWitness()]
     return {witness.name: witness for witness in witnesses}
 
 
