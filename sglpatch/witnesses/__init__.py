@@ -47,10 +47,11 @@ class Witness(Protocol):
 
 
 def registry() -> dict[str, Witness]:
+    from sglpatch.witnesses.mtp_exclude import MtpQuarkExcludeWitness
     from sglpatch.witnesses.rocm_flags import RocmFlagsWitness
     from sglpatch.witnesses.rocm_guard import RocmGuardWitness
 
-    witnesses: list[Witness] = [RocmGuardWitness(), RocmFlagsWitness()]
+    witnesses: list[Witness] = [RocmGuardWitness(), MtpQuarkExcludeWitness(), RocmFlagsWitness()]
     return {witness.name: witness for witness in witnesses}
 
 
