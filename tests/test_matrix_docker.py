@@ -58,8 +58,13 @@ def standin(engine, pin_under_test):
     """The stand-in for lmsysorg/sglang:v0.5.14-rocm720-mi35x: the pin's pristine JIT kernel
     sources where sglang's images keep the checkout."""
     put = pin_under_test
+    # The pin's pristine JIT kernel folder and every other file the series changes on this pin.
+    changed = subprocess.run(
+        ["git", "diff", "--name-only", put.pristine_commit, put.patched_commit],
+        cwd=put.tree_path, capture_output=True, text=True, check=True,
+    ).stdout.split()
     archive = subprocess.run(
-        ["git", "archive", put.pristine_commit, "python/sglang/jit_kernel"],
+        ["git", "archive", put.pristine_commit, "python/sglang/jit_kernel", *changed],
         cwd=put.tree_path, capture_output=True, check=True,
     ).stdout
     files = {}
@@ -74,10 +79,13 @@ def standin(engine, pin_under_test):
 
 def test_patched_image_applies_the_series_inside_and_carries_our_labels(engine, pin_under_test, standin):
     spec = rocm_tier.patched_image(pin_under_test, rocm_tier.RocmOptions(base_image=standin))
-    assert [name for name, _ in spec.patches] == ["0001-amd-guard-cuda-runtime-include-fused-metadata-copy.patch"]
+    applied = [o.name for o in pin_under_test.applied()]
+    assert [name for name, _ in spec.patches] == applied
+    assert applied[0] == "0001-amd-guard-cuda-runtime-include-fused-metadata-copy.patch"
     log: list[str] = []
     image_id = containers.build_image(engine, spec, log.append)
-    assert any("applying 001_0001-amd-guard" in line for line in log), log
+    for number, name in enumerate(applied, 1):
+        assert any(f"applying {number:03d}_{name}" in line for line in log), (name, log)
     assert any("series applied" in line for line in log)
     labels = engine.images.get(image_id).labels
     assert labels[containers.LABEL_PIN] == PIN
