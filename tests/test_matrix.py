@@ -290,3 +290,26 @@ def test_the_rocm_build_check_finds_the_kernel_loaders_in_every_layout(version, 
         signature = re.search(rf"def {name}\(([^)]*)\)", source)
         assert signature, name
         assert len([a for a in signature.group(1).split(",") if a.strip()]) == len(args), (name, signature.group(1))
+
+
+@pytest.mark.network
+def test_load_cell_resolves_the_synthetic_glm_checkpoint_on_the_patched_pin_and_not_on_the_pristine(project_copy, tmp_path):
+    import dataclasses
+
+    from sglpatch.apply import checkout_commit
+    from sglpatch.witnesses import mtp_exclude
+
+    record = matrix.run_cpu_cell(project_copy, matrix.Cell("cpu", "load", "0.5.14"))
+    parts = {part.name.split(" (")[0]: part for part in record.parts}
+    witness = _ran(parts["MTP load witness"])
+    assert witness.outcome == PASSED, witness
+    synthetic = _ran(parts["synthetic GlmMoeDsa checkpoint through the pin's config and quantization"])
+    assert synthetic.outcome == PASSED, synthetic
+    assert "layer 78" in synthetic.detail and "shared_experts.gate_up_proj: UnquantizedLinearMethod/ok" in synthetic.detail
+
+    # The same checkpoint on the pristine release: the bring-up's half-width MXFP4 slot.
+    put = matrix.prepare_pin(project_copy, "0.5.14")
+    pristine = checkout_commit(put.tree_path, put.pristine_commit, tmp_path / "pristine")
+    part, _ = matrix.synthetic_checkpoint_part(dataclasses.replace(put, tree_path=pristine), mtp_exclude)
+    assert part.outcome == FAILED, part
+    assert "shape-mismatch" in part.detail
