@@ -44,20 +44,32 @@ GPU_RUN_OPTIONS = {
 GPU_ENV = {"SGLANG_USE_AITER": "1"}
 
 # Applies the patch files in order inside the image; git where the checkout is a repository (as in
-# sglang's images), POSIX patch otherwise. Any failure fails the build: no fuzz, no partial series.
+# sglang's images), GNU patch otherwise. Any failure fails the build: no fuzz (a patch without
+# --fuzz, such as busybox's, refuses the option and fails the build), no partial series.
 APPLY_SCRIPT = """\
 #!/bin/sh
 set -eu
 checkout="$1"
 cd "$checkout"
+# The first patch program on PATH, by its path: a busybox shell would run its own applet for a
+# bare "patch" whatever PATH says.
+patch_program=""
+IFS=:
+for dir in $PATH; do
+    if [ -x "$dir/patch" ]; then patch_program="$dir/patch"; break; fi
+done
+unset IFS
 for patch in "$(dirname "$0")"/patches/*.patch; do
     [ -e "$patch" ] || { echo "sglpatch: no patch for this pin; the image is the pristine release"; exit 0; }
     echo "sglpatch: applying $(basename "$patch") to $checkout"
     if command -v git >/dev/null 2>&1 && [ -d .git ]; then
-        git -c core.fileMode=false apply --whitespace=nowarn "$patch"
+        git -c core.fileMode=false apply --whitespace=nowarn "$patch" || failed=1
+    elif [ -n "$patch_program" ]; then
+        "$patch_program" -p1 --forward --fuzz=0 --batch < "$patch" || failed=1
     else
-        patch -p1 -N < "$patch"  # -N: refuse a reversed or applied patch (GNU and busybox)
+        echo "sglpatch: neither git nor patch in the image"; exit 1
     fi
+    if [ -n "${failed:-}" ]; then echo "sglpatch: $(basename "$patch") does not apply to $checkout"; exit 1; fi
 done
 echo "sglpatch: series applied"
 """

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -63,15 +64,35 @@ def local_engine(start_timeout: float = 60):
         shutil.rmtree(folder, ignore_errors=True)
 
 
-def standin_base_image(client, tag: str, files: dict[str, bytes], busybox: str = "/bin/busybox") -> str:
+def host_program(path: str) -> dict[str, bytes]:
+    """A dynamically linked program of this machine with the libraries ``ldd`` says it loads, as
+    files for an image built from scratch."""
+    program = shutil.which(path) or path
+    if not Path(program).is_file():
+        raise EngineCannotStart(f"{path} is not installed here")
+    files = {program: Path(program).read_bytes()}
+    listing = subprocess.run(["ldd", program], capture_output=True, text=True).stdout
+    for library in re.findall(r"(/\S+\.so[.\d]*)", listing):
+        files[library] = Path(library).read_bytes()
+    return files
+
+
+def standin_base_image(
+    client, tag: str, files: dict[str, bytes], busybox: str = "/bin/busybox", programs: tuple[str, ...] = ()
+) -> str:
     """A ``FROM scratch`` image that stands in for a released ROCm image: busybox as its shell and
-    tools, and ``files`` (paths inside the image) -- e.g. a pin's kernel sources in
+    tools, GNU patch (the apply script refuses fuzz, which busybox's patch cannot), the host's
+    ``programs`` (e.g. git) and ``files`` (paths inside the image) -- e.g. a pin's sources in
     /sgl-workspace/sglang. Built locally: no registry is needed."""
     import io
     import tarfile
 
     if not Path(busybox).is_file():
         raise EngineCannotStart(f"{busybox} is missing (Debian: apt-get install busybox-static)")
+    binaries = host_program("patch")
+    for program in programs:
+        binaries.update(host_program(program))
+    files = {**binaries, **files}
     buffer = io.BytesIO()
     with tarfile.open(fileobj=buffer, mode="w") as tar:
         def add(name: str, data: bytes, mode: int = 0o644) -> None:
@@ -79,9 +100,9 @@ def standin_base_image(client, tag: str, files: dict[str, bytes], busybox: str =
             info.size, info.mode = len(data), mode
             tar.addfile(info, io.BytesIO(data))
 
-        add("Dockerfile", b'FROM scratch\nCOPY busybox /bin/busybox\nRUN ["/bin/busybox", "--install", "-s", "/bin"]\nCOPY root/ /\n')
+        add("Dockerfile", b'FROM scratch\nENV PATH=/usr/local/bin:/usr/bin:/bin\nCOPY busybox /bin/busybox\nRUN ["/bin/busybox", "--install", "-s", "/bin"]\nCOPY root/ /\n')
         add("busybox", Path(busybox).read_bytes(), 0o755)
         for path, data in files.items():
-            add("root/" + path.lstrip("/"), data)
+            add("root/" + path.lstrip("/"), data, 0o755 if path in binaries else 0o644)
     image, _ = client.images.build(fileobj=io.BytesIO(buffer.getvalue()), custom_context=True, tag=tag, rm=True)
     return image.id

@@ -17,7 +17,7 @@ import tarfile
 
 import pytest
 
-from conftest import REPO_ROOT
+from conftest import AUTHOR_ENV, REPO_ROOT, git
 from docker_engine import EngineCannotStart, local_engine, standin_base_image
 from sglpatch import containers, matrix, rocm_tier
 from sglpatch.project import Project
@@ -53,12 +53,9 @@ def pin_under_test(project):
     return matrix.prepare_pin(project, PIN)
 
 
-@pytest.fixture(scope="module")
-def standin(engine, pin_under_test):
-    """The stand-in for lmsysorg/sglang:v0.5.14-rocm720-mi35x: the pin's pristine JIT kernel
-    sources where sglang's images keep the checkout."""
-    put = pin_under_test
-    # The pin's pristine JIT kernel folder and every other file the series changes on this pin.
+def _standin_files(put) -> dict[str, bytes]:
+    """The pin's pristine JIT kernel folder and every other file the series changes on this pin,
+    where sglang's images keep the checkout."""
     changed = subprocess.run(
         ["git", "diff", "--name-only", put.pristine_commit, put.patched_commit],
         cwd=put.tree_path, capture_output=True, text=True, check=True,
@@ -72,12 +69,41 @@ def standin(engine, pin_under_test):
         for member in tar.getmembers():
             if member.isfile():
                 files[f"{containers.CHECKOUT}/{member.name}"] = tar.extractfile(member).read()
+    return files
+
+
+@pytest.fixture(scope="module")
+def standin(engine, pin_under_test, tmp_path_factory):
+    """The stand-in for lmsysorg/sglang:v0.5.14-rocm720-mi35x as sglang builds it: the checkout is
+    a git repository and git is installed, so the series goes in with git apply."""
+    files = _standin_files(pin_under_test)
+    repo = tmp_path_factory.mktemp("checkout")
+    for path, data in files.items():
+        target = repo / path.removeprefix(containers.CHECKOUT + "/")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(data)
+    git(repo, "init", "-q")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "pristine", env=AUTHOR_ENV)
+    for path in sorted((repo / ".git").rglob("*")):
+        if path.is_file():
+            files[f"{containers.CHECKOUT}/{path.relative_to(repo)}"] = path.read_bytes()
     tag = f"sglpatch-test/rocm-standin:{PIN}"
-    standin_base_image(engine, tag, files)
+    standin_base_image(engine, tag, files, programs=("git",))
     return tag
 
 
-def test_patched_image_applies_the_series_inside_and_carries_our_labels(engine, pin_under_test, standin):
+@pytest.fixture(scope="module")
+def standin_without_git(engine, pin_under_test):
+    """The same files without git (a plain folder): the series goes in with GNU patch, no fuzz."""
+    tag = f"sglpatch-test/rocm-standin:{PIN}-nogit"
+    standin_base_image(engine, tag, _standin_files(pin_under_test))
+    return tag
+
+
+@pytest.mark.parametrize("base", ["standin", "standin_without_git"])
+def test_patched_image_applies_the_series_inside_and_carries_our_labels(engine, pin_under_test, base, request):
+    standin = request.getfixturevalue(base)
     spec = rocm_tier.patched_image(pin_under_test, rocm_tier.RocmOptions(base_image=standin))
     applied = [o.name for o in pin_under_test.applied()]
     assert [name for name, _ in spec.patches] == applied
@@ -87,6 +113,8 @@ def test_patched_image_applies_the_series_inside_and_carries_our_labels(engine, 
     for number, name in enumerate(applied, 1):
         assert any(f"applying {number:03d}_{name}" in line for line in log), (name, log)
     assert any("series applied" in line for line in log)
+    # git apply where the checkout is a repository (sglang's images), GNU patch where it is not.
+    assert any(line.startswith("patching file") for line in log) == (base == "standin_without_git"), log
     labels = engine.images.get(image_id).labels
     assert labels[containers.LABEL_PIN] == PIN
     assert labels[containers.LABEL_SERIES_VERSION] == pin_under_test.series_version
@@ -129,7 +157,7 @@ def test_a_patch_that_does_not_apply_fails_the_image_build_with_its_log(engine, 
     spec = rocm_tier.patched_image(pin_under_test, rocm_tier.RocmOptions(base_image="sglpatch-test/rocm-standin:empty"))
     with pytest.raises(containers.BuildFailed) as failure:
         containers.build_image(engine, spec, lambda line: None)
-    assert "applying 001_0001" in str(failure.value)
+    assert "001_0001-amd-guard-cuda-runtime-include-fused-metadata-copy.patch does not apply" in str(failure.value)
     assert tag
 
 
