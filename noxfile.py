@@ -6,10 +6,21 @@
     nox -s upstream -- PATCH     prepare one patch as an upstream pull request
     nox -s rebase -- VERSION     forward-port the series to a new sglang release
     nox -s tests                 the test suite, in parallel
+
+The test matrix (README "Test matrix"): one session per cell, tagged by the tier that runs it.
+
+    nox -t cpu                   every CPU cell: build(cpu, PIN), load(cpu, PIN), spec(cpu, PIN, D)
+    nox -t rocm                  the same checks in patched ROCm containers (docker + AMD GPUs);
+                                 they skip, saying why, where there is no engine or no /dev/kfd
+    nox -s "spec(cpu, 0.5.14, 5)"  one cell; nox -l lists them all
+    nox -s report                the matrix table from the records in build/matrix/records
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
+import sys
 import tomllib
 from pathlib import Path
 
@@ -88,3 +99,79 @@ def tests(session: nox.Session) -> None:
     _hip_toolchain(session)
     _cpu_env(session)
     session.run("pytest", "-n", "auto", *session.posargs)
+
+
+# -- the test matrix ---------------------------------------------------------------------------
+# Every cell is its own session, so CI can fan them out; they share one environment (made once,
+# remade when pyproject.toml changes) instead of 96 copies of the same venv.
+
+TIERS = ("cpu", "rocm")
+DEPTHS = range(1, 7)
+MATRIX_ENV = ROOT / ".nox" / "matrix-env"
+_TOOLCHAIN_CHECKED: list[bool] = []
+
+
+def _matrix_python(session: nox.Session) -> str:
+    python = MATRIX_ENV / "bin" / "python"
+    stamp = MATRIX_ENV / "sglpatch-installed"
+    wanted = hashlib.sha256((ROOT / "pyproject.toml").read_bytes()).hexdigest()
+    if not python.exists() or not stamp.exists() or stamp.read_text() != wanted:
+        session.run(sys.executable, "-m", "venv", "--clear", str(MATRIX_ENV), external=True, silent=True)
+        session.run(str(python), "-m", "pip", "install", "--quiet", "-e", ".[rocm]", external=True, silent=True)
+        stamp.write_text(wanted)
+    return str(python)
+
+
+def _cell(session: nox.Session, tier: str, check: str, pin: str, depth: int | None = None) -> None:
+    """Run one matrix cell; a cell that cannot run here is reported as a nox skip with its reason."""
+    python = _matrix_python(session)
+    if tier == "cpu" and not _TOOLCHAIN_CHECKED:
+        # Once per nox run (sessions share this process): the script's own check costs seconds.
+        _hip_toolchain(session)
+        _TOOLCHAIN_CHECKED.append(True)
+    name = f"{tier}-{check}-{pin}" + (f"-d{depth}" if depth is not None else "")
+    record = ROOT / ".nox" / "matrix-sessions" / f"{name}.json"
+    record.unlink(missing_ok=True)
+    args = ["-m", "sglpatch", "matrix", "run", check, pin, "--tier", tier, "--record", str(record)]
+    if depth is not None:
+        args += ["--depth", str(depth)]
+    session.run(python, *args, *session.posargs, external=True)
+    outcome = json.loads(record.read_text())
+    if outcome["outcome"] == "skipped":
+        session.skip(outcome["reason"])
+
+
+def _cells(depths: bool = False) -> list:
+    return [
+        nox.param(tier, pin, *((depth,) if depths else ()), id=", ".join([tier, pin, *([str(depth)] if depths else [])]), tags=[tier])
+        for tier in TIERS
+        for pin in PINS
+        for depth in (DEPTHS if depths else [None])
+    ]
+
+
+@nox.session(venv_backend="none", default=False)
+@nox.parametrize(["tier", "pin"], _cells())
+def build(session: nox.Session, tier: str, pin: str) -> None:
+    """Matrix: the JIT kernels the series touches build for ROCm (cpu: HIP compile + import smoke; rocm: in the image)."""
+    _cell(session, tier, "build", pin)
+
+
+@nox.session(venv_backend="none", default=False)
+@nox.parametrize(["tier", "pin"], _cells())
+def load(session: nox.Session, tier: str, pin: str) -> None:
+    """Matrix: the model loads with its MTP head (cpu: quantization resolved per MTP module; rocm: server + generate)."""
+    _cell(session, tier, "load", pin)
+
+
+@nox.session(venv_backend="none", default=False)
+@nox.parametrize(["tier", "pin", "depth"], _cells(depths=True))
+def spec(session: nox.Session, tier: str, pin: str, depth: int) -> None:
+    """Matrix: the profile at EAGLE depth d (d steps, top-k 1, d+1 drafts) is accepted (cpu) and serves well (rocm)."""
+    _cell(session, tier, "spec", pin, depth)
+
+
+@nox.session(venv_backend="none")
+def report(session: nox.Session) -> None:
+    """Render the matrix table (markdown) from the cell records; -- --records DIR for CI artifacts."""
+    session.run(_matrix_python(session), "-m", "sglpatch", "matrix", "report", *session.posargs, external=True)

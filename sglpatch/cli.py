@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -103,7 +104,36 @@ def _parser() -> argparse.ArgumentParser:
     cpu_env = sub.add_parser("cpu-env", help="build (or reuse) the CPU Python the witnesses' probes run in")
     cpu_env.add_argument("pins", nargs="*", help="pin versions (default: all)")
     cpu_env.set_defaults(func=_cpu_env)
+
+    _matrix_parser(sub)
     return parser
+
+
+def _matrix_parser(sub) -> None:
+    """``sglpatch matrix``: the test matrix's cells (run, list) and its table (report)."""
+    from sglpatch import matrix
+
+    parser = sub.add_parser("matrix", help="the test matrix: run a cell, list cells, render the table")
+    actions = parser.add_subparsers(required=True, metavar="ACTION")
+    run = actions.add_parser("run", help="run one cell and write its record under build/matrix/records")
+    run.add_argument("check", choices=list(matrix.CHECKS))
+    run.add_argument("pin")
+    run.add_argument("--depth", type=int, help="speculative depth (spec only): d steps, top-k 1, d+1 draft tokens")
+    run.add_argument("--tier", choices=matrix.TIERS, default="cpu")
+    run.add_argument("--record", type=Path, help="also write the record here (nox reads it to report a skip)")
+    run.add_argument("--no-cache", action="store_true", help="cpu: run even if the cell's answer is cached")
+    run.add_argument("--image", help="rocm: base image for the pin ({version} is replaced; default: the pin's rocm_image)")
+    run.add_argument("--model", help="rocm: the model folder (default: the profile's, or $SGLPATCH_MODEL)")
+    run.add_argument("--hf-cache", type=Path, help="rocm: the Hugging Face cache to mount (default: $HF_HOME or ~/.cache/huggingface)")
+    run.add_argument("--server-timeout", type=int, default=2400, help="rocm: seconds for a server to become healthy")
+    run.set_defaults(func=_matrix_run)
+    cells = actions.add_parser("cells", help="list the matrix's cells")
+    cells.add_argument("--tier", choices=matrix.TIERS, action="append", help="only this tier (repeatable)")
+    cells.set_defaults(func=_matrix_cells)
+    report = actions.add_parser("report", help="render the matrix table from records")
+    report.add_argument("--records", type=Path, help="folder of records (default: build/matrix/records)")
+    report.add_argument("--out", type=Path, help="also write the markdown here (default: build/matrix/matrix.md)")
+    report.set_defaults(func=_matrix_report)
 
 
 def _apply(project: Project, args: argparse.Namespace) -> int:
@@ -202,6 +232,60 @@ def _pins(project: Project, args: argparse.Namespace) -> int:
         commit = pin.commit[:12] if pin.commit else "(unknown)"
         verified = "verified" if pin.commit_verified else "unverified"
         print(f"{pin.version:<14} {pin.tag:<15} {commit:<12} {verified:<10} {pin.artifact}  {pin.rocm_image}")
+    return 0
+
+
+def _matrix_run(project: Project, args: argparse.Namespace) -> int:
+    from sglpatch import matrix, results
+
+    cell = matrix.Cell(args.tier, args.check, args.pin.removeprefix("v"), args.depth)
+    if args.tier == "cpu":
+        record = matrix.run_cpu_cell(project, cell, use_cache=not args.no_cache)
+    else:
+        from sglpatch import rocm_tier
+
+        options = rocm_tier.RocmOptions(base_image=args.image, model=args.model, server_timeout=args.server_timeout)
+        if args.hf_cache:
+            options.hf_cache = args.hf_cache
+        record = rocm_tier.run_rocm_cell(project, cell, options)
+    cached = " (cached)" if record.cached else ""
+    print(f"{cell.label}: {record.outcome}{cached} in {record.seconds:.1f} s")
+    for part in record.parts:
+        print(f"  {part.outcome:<8} {part.name}: {part.detail}")
+    if record.reason and not record.parts:
+        print(f"  reason: {record.reason}")
+    print(f"  record: {project.build_dir / 'matrix' / 'records' / (record.cell_id + '.json')}  log: {record.log}")
+    if args.record:
+        results.write_record(record, args.record.parent)
+        written = args.record.parent / f"{record.cell_id}.json"
+        if written != args.record:
+            written.replace(args.record)
+    # CI sets SGLPATCH_REQUIRE_WITNESSES: there a CPU cell that could not run all its parts fails.
+    strict = args.tier == "cpu" and os.environ.get("SGLPATCH_REQUIRE_WITNESSES") == "1"
+    if strict and record.outcome in (results.PARTIAL, results.SKIPPED):
+        print("  SGLPATCH_REQUIRE_WITNESSES=1: a CPU cell must run every part here")
+    return 1 if results.failing(record, strict=strict) else 0
+
+
+def _matrix_cells(project: Project, args: argparse.Namespace) -> int:
+    from sglpatch import matrix
+
+    tiers = tuple(args.tier) if args.tier else matrix.TIERS
+    for cell in matrix.cells([pin.version for pin in project.pins().pins], tiers):
+        print(f"{cell.tier}\t{cell.check}\t{cell.pin}\t{cell.depth or ''}")
+    return 0
+
+
+def _matrix_report(project: Project, args: argparse.Namespace) -> int:
+    from sglpatch import results
+
+    folder = args.records or project.build_dir / "matrix" / "records"
+    table = results.render_markdown(results.read_records(folder))
+    destination = args.out or project.build_dir / "matrix" / "matrix.md"
+    destination.parent.mkdir(parents=True, exist_ok=True)
+    destination.write_text(table)
+    print(table)
+    print(f"written to {destination}")
     return 0
 
 

@@ -1,0 +1,235 @@
+"""The ROCm tier: the matrix's checks run in a patched ROCm image on AMD GPUs, through docker.
+
+Per cell: build (or reuse, through the engine's layer cache) the pin's patched image, run the
+check's script in a container with sglang's AMD CI GPU flags, and judge the figures it prints
+against the same check definitions the CPU tier uses (``sglpatch.matrix.CHECKS``). Without a
+docker engine or without ``/dev/kfd`` a cell is recorded as skipped, with the reason -- never as a
+failure of a machine that cannot run it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from sglpatch import containers
+from sglpatch.errors import SglpatchError
+from sglpatch.matrix import PROFILE, Cell, PinUnderTest, depth_argv, matrix_dir, prepare_pin, validate_cell
+from sglpatch.profile import load_profile
+from sglpatch.project import Project
+from sglpatch.results import FAILED, PASSED, SKIPPED, CellRecord, Part, cell_id, combine, write_record
+
+CHECK_SCRIPTS = Path(__file__).parent / "rocm_checks"
+KFD = Path("/dev/kfd")
+IMAGE_ENV = "SGLPATCH_ROCM_IMAGE"  # a base image for every pin; "{version}" is replaced by the pin
+STATE_INSIDE = "/sglpatch-state"
+HF_INSIDE = "/root/.cache/huggingface"
+
+# Accept length (tokens per verify step, at most d + 1) a healthy MTP head keeps above at depth d.
+# Set below what EAGLE/MTP heads of this model family reach on chat prompts, so only a broken draft
+# path trips it; tighten once ROCm runners have recorded real figures.
+ACCEPT_LENGTH_FLOORS = {1: 1.3, 2: 1.6, 3: 1.9, 4: 2.1, 5: 2.3, 6: 2.4}
+# Decode speed at depth d against depth 3, below which it has collapsed. The missing ROCm guard
+# shows as a ~30x drop (the kernel's compile is retried on every step), far below this.
+COLLAPSE_RATIO = 0.5
+BURST = 32
+
+
+@dataclass
+class RocmOptions:
+    base_image: str | None = None  # default: $SGLPATCH_ROCM_IMAGE, else the pin's rocm_image
+    model: str | None = None  # default: $SGLPATCH_MODEL, else the profile's model folder
+    hf_cache: Path = field(default_factory=lambda: Path(os.environ.get("HF_HOME") or Path.home() / ".cache" / "huggingface"))
+    docker_url: str | None = None  # default: $DOCKER_HOST or the local socket
+    gpu: bool = True  # the AMD CI device flags, and /dev/kfd required
+    server_timeout: int = 2400  # seconds for a server to become healthy
+    cell_timeout: int = 4 * 3600
+    network: str = "host"
+
+    def image_for(self, version: str, pinned_image: str) -> str:
+        template = self.base_image or os.environ.get(IMAGE_ENV)
+        return template.replace("{version}", version) if template else pinned_image
+
+
+def unavailable_reason(options: RocmOptions):
+    """(None, client) where the tier can run; (the reason, None) where it cannot."""
+    if options.gpu and not KFD.exists():
+        return f"no AMD GPU here: {KFD} does not exist (the ROCm tier needs a ROCm runner)", None
+    try:
+        return None, containers.connect(options.docker_url)
+    except containers.EngineUnavailable as exc:
+        return str(exc), None
+
+
+def run_rocm_cell(project: Project, cell: Cell, options: RocmOptions | None = None, on_log=print) -> CellRecord:
+    validate_cell(cell)
+    options = options or RocmOptions()
+    started = time.monotonic()
+    out = matrix_dir(project)
+    log_path = out / "logs" / f"{cell_id(cell.tier, cell.check, cell.pin, cell.depth)}.log"
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    series = project.series()
+    record = CellRecord(cell.tier, cell.check, cell.pin, cell.depth, series.version, series.digest(), SKIPPED)
+    reason, client = unavailable_reason(options)
+    if reason:
+        record.parts.append(Part(f"{cell.check} in a patched ROCm container", SKIPPED, reason))
+        log_path.write_text(f"{record.cell_id}: skipped: {reason}\n")
+        return _finish(record, out, log_path, started)
+    with open(log_path, "w") as log:
+
+        def emit(line: str) -> None:
+            log.write(line + "\n")
+            log.flush()
+            on_log(line)
+
+        try:
+            put = prepare_pin(project, cell.pin)
+            record.tree = put.patched_tree
+            spec = patched_image(put, options)
+            emit(f"# building {spec.tag} FROM {spec.base_image}")
+            record.image_digest = containers.build_image(client, spec, emit)
+            record.figures["base_image"] = spec.base_image
+            command, mounts = check_command(put, cell, options, record.image_digest, out / "rocm-state" / cell.pin)
+            run = containers.run_check(
+                client,
+                record.image_digest,
+                command,
+                {containers.LABEL_CELL: record.cell_id, **spec.labels},
+                containers.RunOptions(gpu=options.gpu, mounts=mounts, network=options.network, timeout=options.cell_timeout),
+                emit,
+            )
+            judge(cell, run, record)
+        except SglpatchError as exc:
+            record.parts.append(Part(f"{cell.check} in a patched ROCm container", FAILED, str(exc)[:1000]))
+            emit(str(exc))
+        finally:
+            containers.remove_ours(client, {containers.LABEL_CELL: record.cell_id})
+    return _finish(record, out, log_path, started)
+
+
+def _finish(record: CellRecord, out: Path, log_path: Path, started: float) -> CellRecord:
+    record.outcome, record.reason = combine(record.parts)
+    record.log = str(log_path)
+    record.seconds = round(time.monotonic() - started, 2)
+    write_record(record, out / "records")
+    return record
+
+
+def patched_image(put: PinUnderTest, options: RocmOptions) -> containers.PatchedImage:
+    patches = tuple((outcome.name, Path(outcome.rendition)) for outcome in put.applied())
+    return containers.PatchedImage(
+        base_image=options.image_for(put.pin.version, put.pin.rocm_image),
+        pin=put.pin.version,
+        series_version=put.series_version,
+        series_hash=put.series_hash,
+        patches=patches,
+        tools=tuple(sorted(CHECK_SCRIPTS.glob("*.py"))),
+    )
+
+
+def check_command(
+    put: PinUnderTest, cell: Cell, options: RocmOptions, image: str, state: Path
+) -> tuple[list[str], dict]:
+    """The command the container runs for ``cell``, and the folders it needs mounted; ``state``
+    keeps the baselines the spec cells of one pin share (plain greedy outputs, depth-3 speed)."""
+    checks = f"{containers.TOOLS_DIR}/checks"
+    if cell.check == "build":
+        return ["python3", f"{checks}/build_check.py", *sorted({Path(k).name for k in put.touched_kernels})], {}
+    profile = load_profile(PROFILE)
+    model = options.model or os.environ.get("SGLPATCH_MODEL") or profile.model
+    state.mkdir(parents=True, exist_ok=True)
+    mounts = {str(state): (STATE_INSIDE, "rw"), str(options.hf_cache): (HF_INSIDE, "rw")}
+    if Path(model).is_absolute():
+        mounts[model] = (model, "ro")
+    config = {"mode": cell.check, "timeout": options.server_timeout, "state": STATE_INSIDE, "image": image}
+    if cell.check == "load":
+        config["argv"] = profile.server_args(model)  # the profile as shipped: MTP at its own depth
+    else:
+        plain = {k: v for k, v in profile.server.items() if not k.startswith("speculative-")}
+        config.update(
+            depth=cell.depth,
+            argv=depth_argv(profile, cell.depth, model),
+            argv_depth3=depth_argv(profile, 3, model),
+            argv_plain=type(profile)(**{**profile.__dict__, "server": plain}).server_args(model),
+        )
+    return ["python3", f"{checks}/serve_check.py", json.dumps(config)], mounts
+
+
+def judge(cell: Cell, run: containers.ContainerRun, record: CellRecord) -> None:
+    """The check definitions applied to what the container printed."""
+    figures = _last_json(run.log)
+    where = f"{cell.check} in the patched image"
+    if run.start_error:
+        record.parts.append(Part(where, FAILED, f"the container did not start: {run.start_error}"[:600]))
+        return
+    if run.timed_out:
+        record.parts.append(Part(where, FAILED, "timed out"))
+        return
+    if figures is None:
+        record.parts.append(Part(where, FAILED, f"exit {run.exit_code}, no figures printed: {run.log.strip()[-400:]}"))
+        return
+    record.gpu = str(figures.pop("gpu", ""))
+    record.figures.update(figures)
+    if cell.check == "build":
+        kernels = figures.get("kernels", {})
+        failed = {k: v for k, v in kernels.items() if v}
+        ok = kernels and not failed and run.exit_code == 0
+        detail = f"compiled {', '.join(kernels)}" if ok else f"{failed or 'nothing compiled'}"
+        record.parts.append(Part("JIT compile of the touched kernels in the container", PASSED if ok else FAILED, detail))
+        return
+    healthy = figures.get("healthy_s")
+    record.parts.append(
+        Part("server healthy", PASSED if healthy is not None else FAILED,
+             f"after {healthy} s" if healthy is not None else f"not healthy: {figures.get('error', 'see the log')}")
+    )
+    mismatches = figures.get("mismatch_lines") or []
+    record.parts.append(Part("no shape mismatch in the server log", FAILED if mismatches else PASSED, "; ".join(mismatches)[:400]))
+    if cell.check == "load":
+        text = figures.get("generate")
+        record.parts.append(Part("one generate", PASSED if text else FAILED, repr(text)[:200]))
+        return
+    for part in spec_parts(cell.depth, record.figures):  # derived figures land in the record
+        record.parts.append(part)
+
+
+def spec_parts(depth: int, figures: dict) -> list[Part]:
+    parts = []
+    match = figures.get("prefix_match")
+    if match is None:
+        parts.append(Part("greedy outputs against the non-speculative run", FAILED, "no comparison was made"))
+    else:
+        mean = sum(match) / len(match)
+        figures["prefix_match_mean"] = round(mean, 3)
+        # Reported, not judged: bf16 kernels with a different batch shape may diverge late.
+        parts.append(Part("greedy outputs against the non-speculative run", PASSED,
+                          f"{figures.get('exact_match')} of {len(match)} identical, mean prefix match {mean:.2f}"))
+    accept = figures.get("accept_length")
+    floor = ACCEPT_LENGTH_FLOORS[depth]
+    parts.append(Part(f"accept length above {floor}", PASSED if accept is not None and accept > floor else FAILED,
+                      f"{accept}"))
+    speed, base = figures.get("decode_tok_s"), figures.get("depth3_decode_tok_s")
+    if not speed or not base:
+        parts.append(Part("decode speed not collapsed against depth 3", FAILED, f"depth {depth}: {speed}, depth 3: {base}"))
+    else:
+        ratio = speed / base
+        figures["decode_ratio_vs_d3"] = round(ratio, 3)
+        parts.append(Part("decode speed not collapsed against depth 3", PASSED if ratio >= COLLAPSE_RATIO else FAILED,
+                          f"{speed:.1f} tok/s vs {base:.1f} at depth 3 (x{ratio:.2f}, floor x{COLLAPSE_RATIO})"))
+    completed = figures.get("burst_completed") or 0
+    parts.append(Part(f"{BURST} concurrent requests complete", PASSED if completed == BURST else FAILED,
+                      f"{completed} of {BURST}; {figures.get('burst_errors') or ''}"))
+    return parts
+
+
+def _last_json(text: str) -> dict | None:
+    for line in reversed(text.splitlines()):
+        line = line.strip()
+        if line.startswith("{") and line.endswith("}"):
+            try:
+                return json.loads(line)
+            except ValueError:
+                continue
+    return None

@@ -1,0 +1,93 @@
+"""Probe (runs in a pin's CPU Python): write a tiny GlmMoeDsa checkpoint shaped like the pin's own.
+
+Usage: glm_checkpoint.py OUT_DIR
+
+The config starts from the ``GlmMoeDsaConfig`` of the transformers the pin pins (GLM-5's shape:
+78 hidden layers, so the MTP layer is ``model.layers.78``, 256 routed experts and one shared), with
+every width divided down so the tensors are a few kilobytes; layer count, expert counts and the
+MTP layer's index stay as they are. Its ``quantization_config`` is Quark MXFP4 as Quark writes it
+for GLM-5.2: the MTP layer's shared expert and ``eh_proj`` excluded (kept bf16) by their exact
+checkpoint names, and the safetensors file holds those bf16 tensors at full width.
+
+Prints one JSON line: {"folder", "mtp_layer", "excluded", "shape"}.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+# Width divisors: 6144 -> 64 hidden, 2048 -> 32 expert width; heads and ranks become tiny.
+SMALL = {
+    "hidden_size": 64,
+    "intermediate_size": 128,
+    "moe_intermediate_size": 32,
+    "num_attention_heads": 2,
+    "num_key_value_heads": 2,
+    "q_lora_rank": 32,
+    "kv_lora_rank": 16,
+    "qk_nope_head_dim": 8,
+    "qk_rope_head_dim": 8,
+    "qk_head_dim": 16,
+    "v_head_dim": 8,
+    "index_head_dim": 16,
+    "index_n_heads": 2,
+    "index_topk": 16,
+    "vocab_size": 128,
+    "max_position_embeddings": 256,
+}
+MXFP4 = {
+    "dtype": "fp4", "qscheme": "per_group", "ch_axis": -1, "group_size": 32, "symmetric": None,
+    "round_method": "half_even", "scale_type": "float", "scale_format": "e8m0",
+    "scale_calculation_mode": "even", "mx_element_dtype": None, "observer_cls": "PerBlockMXObserver",
+    "is_scale_quant": False,
+}
+
+
+def glm_config() -> dict:
+    from transformers import GlmMoeDsaConfig
+
+    config = {k: v for k, v in GlmMoeDsaConfig().to_dict().items() if not k.startswith("_") and k != "transformers_version"}
+    config.update({key: value for key, value in SMALL.items() if key in config})
+    config.update(architectures=["GlmMoeDsaForCausalLM"], num_nextn_predict_layers=1, torch_dtype="bfloat16")
+    return config
+
+
+def main(out: str) -> int:
+    import torch
+    from safetensors.torch import save_file
+
+    config = glm_config()
+    layer = config["num_hidden_layers"]  # the MTP layer's index in the checkpoint
+    hidden, expert = config["hidden_size"], config["moe_intermediate_size"] * config.get("n_shared_experts", 1)
+    prefix = f"model.layers.{layer}"
+    excluded = {
+        f"{prefix}.mlp.shared_experts.gate_proj": (expert, hidden),
+        f"{prefix}.mlp.shared_experts.up_proj": (expert, hidden),
+        f"{prefix}.mlp.shared_experts.down_proj": (hidden, expert),
+        f"{prefix}.eh_proj": (hidden, 2 * hidden),
+    }
+    config["quantization_config"] = {
+        "quant_method": "quark", "version": "0.10", "quant_mode": "eager_mode",
+        "export": {"kv_cache_group": [], "min_kv_scale": 0.0, "pack_method": "reorder",
+                   "weight_format": "real_quantized", "weight_merge_groups": None},
+        "global_quant_config": {"weight": {**MXFP4, "is_dynamic": False}, "input_tensors": {**MXFP4, "is_dynamic": True},
+                                "output_tensors": None, "bias": None, "target_device": None},
+        "exclude": ["lm_head", *excluded], "algo_config": None, "layer_quant_config": {},
+        "layer_type_quant_config": {}, "kv_cache_quant_config": {},
+    }
+    os.makedirs(out, exist_ok=True)
+    with open(os.path.join(out, "config.json"), "w") as handle:
+        json.dump(config, handle, indent=1)
+    generator = torch.Generator().manual_seed(78)
+    tensors = {f"{name}.weight": torch.randn(shape, generator=generator).to(torch.bfloat16) for name, shape in excluded.items()}
+    save_file(tensors, os.path.join(out, "model-mtp.safetensors"))
+    shape = {key: config[key] for key in ("num_hidden_layers", "hidden_size", "moe_intermediate_size",
+                                          "n_routed_experts", "n_shared_experts", "num_experts_per_tok")}
+    print(json.dumps({"folder": out, "mtp_layer": layer, "excluded": list(excluded), "shape": shape}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1]))

@@ -1,0 +1,315 @@
+"""The test matrix: the cells nox lists, the CI workflow's matrix, records and the table, and the CPU
+cells on the real pins."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+import pytest
+import yaml
+
+from conftest import REPO_ROOT, REQUIRE_WITNESSES
+from sglpatch import matrix, sources
+from sglpatch.cli import main
+from sglpatch.pins import load_pins
+from sglpatch.profile import load_profile
+from sglpatch.project import Project
+from sglpatch.results import FAILED, PARTIAL, PASSED, SKIPPED, CellRecord, Part, combine, read_records, render_markdown, write_record
+
+PINS = load_pins(REPO_ROOT / "upstream" / "pins.toml")
+WORKFLOW = REPO_ROOT / "ci" / "workflows" / "matrix.yml"
+GUARD_FIXED_UPSTREAM = "0.5.15"
+
+
+def _session_name(cell: matrix.Cell) -> str:
+    args = [cell.tier, cell.pin] + ([str(cell.depth)] if cell.depth is not None else [])
+    return f"{cell.check}({', '.join(args)})"
+
+
+def _nox_list(*args: str) -> list[dict]:
+    listing = subprocess.run(
+        [sys.executable, "-m", "nox", "-l", "--json", *args], cwd=REPO_ROOT, capture_output=True, text=True, check=True
+    )
+    return json.loads(listing.stdout)
+
+
+def test_nox_lists_every_cell_of_the_matrix_with_a_description_and_its_tier_tag():
+    # --json lists the selected sessions only: select both tiers' tags.
+    listed = {s["session"]: s for s in _nox_list("-t", *matrix.TIERS)}
+    expected = matrix.cells([pin.version for pin in PINS.pins])
+    assert len(expected) == len(PINS.pins) * (2 + len(matrix.DEPTHS)) * len(matrix.TIERS)
+    assert set(listed) == {_session_name(cell) for cell in expected}
+    for cell in expected:
+        session = listed[_session_name(cell)]
+        assert session["tags"] == [cell.tier]
+        assert session["description"] and "\n" not in session["description"]
+    for tier in matrix.TIERS:
+        tagged = {s["session"] for s in _nox_list("-t", tier)}
+        assert tagged == {_session_name(c) for c in expected if c.tier == tier}
+
+
+def _run_step(step: dict, tmp_path: Path) -> dict[str, str]:
+    """Run a workflow step's shell script here, as the runner would, and read what it outputs."""
+    output = tmp_path / "github-output"
+    output.write_text("")
+    env = {**os.environ, "GITHUB_OUTPUT": str(output), "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
+    for key in step.get("env", {}):
+        env[key] = ""  # expressions such as ${{ vars.X }} are empty where nothing is configured
+    subprocess.run(["bash", "-eo", "pipefail", "-c", step["run"]], cwd=REPO_ROOT, env=env, check=True, capture_output=True)
+    return dict(line.split("=", 1) for line in output.read_text().splitlines() if "=" in line)
+
+
+def test_the_workflow_rocm_matrix_expands_to_exactly_the_sessions_nox_lists(tmp_path):
+    workflow = yaml.safe_load(WORKFLOW.read_text())
+    jobs = workflow["jobs"]
+    rocm = jobs["rocm"]
+    matrix_expr = re.fullmatch(r"\$\{\{ fromJSON\(needs\.([\w-]+)\.outputs\.(\w+)\) \}\}", rocm["strategy"]["matrix"])
+    assert matrix_expr, rocm["strategy"]["matrix"]
+    producer, output = matrix_expr.groups()
+    assert producer in (rocm["needs"] if isinstance(rocm["needs"], list) else [rocm["needs"]])
+    step_ref = re.fullmatch(r"\$\{\{ steps\.([\w-]+)\.outputs\.(\w+) \}\}", jobs[producer]["outputs"][output])
+    step = next(s for s in jobs[producer]["steps"] if s.get("id") == step_ref.group(1))
+    outputs = _run_step(step, tmp_path)
+
+    include = json.loads(outputs[step_ref.group(2)])["include"]
+    sessions = [entry["session"] for entry in include]
+    assert sorted(sessions) == sorted(s["session"] for s in _nox_list("-t", "rocm"))
+    assert set(sessions) == {_session_name(c) for c in matrix.cells([p.version for p in PINS.pins], ("rocm",))}
+    ids = [entry["id"] for entry in include]
+    assert len(set(ids)) == len(ids)
+    assert all(re.fullmatch(r"[A-Za-z0-9._-]+", i) for i in ids)  # fit for artifact names
+    runner = re.fullmatch(r"\$\{\{ fromJSON\(needs\.[\w-]+\.outputs\.(\w+)\) \}\}", rocm["runs-on"]).group(1)
+    assert json.loads(outputs[runner]) == ["self-hosted", "linux-mi35x-gpu-8"]
+    runs = " ".join(s.get("run", "") for s in rocm["steps"])
+    assert 'nox -s "${{ matrix.session }}"' in runs
+    assert any("matrix-${{ matrix.id }}" == s.get("with", {}).get("name") for s in rocm["steps"])
+
+    cpu = jobs["cpu"]
+    assert cpu["runs-on"].startswith("ubuntu-")
+    cpu_runs = [s.get("run", "") for s in cpu["steps"]]
+    assert "nox -t cpu" in cpu_runs and "nox -s tests" in cpu_runs and "nox -s apply" in cpu_runs
+    assert any("GITHUB_STEP_SUMMARY" in r for r in cpu_runs)
+    assert any("GITHUB_STEP_SUMMARY" in s.get("run", "") for s in jobs["report"]["steps"])
+
+
+def test_the_runner_labels_are_configurable(tmp_path):
+    env = {**os.environ, "SGLPATCH_ROCM_RUNNER": "self-hosted, linux-mi30x-gpu-2"}
+    out = subprocess.run([sys.executable, "ci/matrix_cells.py", "rocm"], cwd=REPO_ROOT, env=env,
+                         capture_output=True, text=True, check=True).stdout
+    runner = next(line for line in out.splitlines() if line.startswith("runner="))
+    assert json.loads(runner.removeprefix("runner=")) == ["self-hosted", "linux-mi30x-gpu-2"]
+
+
+def test_spec_scenarios_are_the_profile_at_depth_d_and_a_draft_count_sglang_must_normalise():
+    profile = load_profile(matrix.PROFILE)
+    scenarios = matrix.spec_scenarios(profile)
+    assert len(scenarios) == 2 * len(matrix.DEPTHS)
+    for depth in matrix.DEPTHS:
+        argv, env = scenarios[f"d{depth}"]
+        # The flags witness appends a scenario to the profile's flags; argparse keeps the last value.
+        launched = profile.server_args("/m") + argv
+        pairs = dict(zip(launched, launched[1:]))
+        assert pairs["--speculative-algorithm"] == "EAGLE"
+        assert pairs["--speculative-num-steps"] == str(depth)
+        assert pairs["--speculative-eagle-topk"] == "1"
+        assert pairs["--speculative-num-draft-tokens"] == str(depth + 1)
+        assert pairs["--kv-cache-dtype"] == "fp8_e4m3" and "--enable-aiter-allreduce-fusion" in launched
+        assert env == {}
+        unnormalised = scenarios[f"d{depth}-unnormalised"][0]
+        wrong = dict(zip(unnormalised, unnormalised[1:]))
+        assert wrong["--speculative-num-draft-tokens"] == str(2 * depth + 3)
+        assert {k: v for k, v in wrong.items() if k != "--speculative-num-draft-tokens"} == {
+            k: v for k, v in dict(zip(argv, argv[1:])).items() if k != "--speculative-num-draft-tokens"}
+
+
+def _record(pin: str, check: str, outcome: str, depth=None, **kwargs) -> CellRecord:
+    return CellRecord("cpu", check, pin, depth, "2", "ab" * 32, outcome, **kwargs)
+
+
+def test_a_cell_passes_only_when_every_part_passed():
+    assert combine([Part("a", PASSED), Part("b", PASSED)]) == (PASSED, "")
+    assert combine([Part("a", PASSED), Part("b", FAILED, "boom"), Part("c", SKIPPED, "no gpu")])[0] == FAILED
+    outcome, reason = combine([Part("a", PASSED), Part("b", SKIPPED, "no toolchain")])
+    assert outcome == PARTIAL and "no toolchain" in reason
+    assert combine([Part("a", SKIPPED, "no engine")]) == (SKIPPED, "a: no engine")
+    assert combine([])[0] == SKIPPED
+
+
+def test_a_cell_that_could_not_run_everything_fails_only_where_ci_requires_it():
+    from sglpatch.results import failing
+
+    assert failing(_record("0.5.14", "build", FAILED))
+    for outcome in (PARTIAL, SKIPPED):
+        assert not failing(_record("0.5.14", "build", outcome))
+        assert failing(_record("0.5.14", "build", outcome), strict=True)
+    assert not failing(_record("0.5.14", "build", PASSED), strict=True)
+
+
+def test_the_table_has_a_row_per_pin_a_column_per_cell_and_the_reasons(tmp_path):
+    records = [
+        _record("0.5.14", "build", PASSED),
+        _record("0.5.10", "build", FAILED, reason="HIP build of x: expected clean"),
+        _record("0.5.14", "spec", PASSED, depth=5, figures={"decode_tok_s": 213.4, "accept_length": 3.61}),
+        _record("0.5.14", "load", SKIPPED, reason="no engine"),
+    ]
+    for record in records:
+        write_record(record, tmp_path / "job" / record.cell_id)  # CI artifacts: one folder per job
+    (tmp_path / "job" / "not-a-record.json").write_text('{"unrelated": true}')
+    table = render_markdown(read_records(tmp_path))
+    lines = table.splitlines()
+    header = next(line for line in lines if line.startswith("| pin"))
+    assert header == "| pin | build | load | spec d5 |"
+    rows = [line for line in lines if line.startswith("| 0.5")]
+    assert rows == ["| 0.5.10 | FAIL | — | — |", "| 0.5.14 | pass | skip | pass (213 tok/s, acc 3.61) |"]
+    assert "- 0.5.10 build: **failed** — HIP build of x: expected clean" in lines
+    assert "- 0.5.14 load: **skipped** — no engine" in lines
+
+
+# -- the CPU cells on the real pins ------------------------------------------------------------
+
+
+@pytest.fixture
+def project_copy(tmp_path):
+    root = tmp_path / "project"
+    for part in ("upstream", "patches"):
+        shutil.copytree(REPO_ROOT / part, root / part)
+    shutil.copy(REPO_ROOT / "series.lock", root / "series.lock")
+    return Project(root)
+
+
+def _pristine_attention(pin, dest: Path) -> Path:
+    pristine = sources.pristine_from_index(pin, sources.index_url(PINS.index_url))
+    archive = subprocess.run(["git", "archive", pristine.commit, "python/sglang/srt/layers/attention"],
+                             cwd=pristine.repo, capture_output=True, check=True).stdout
+    with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
+        tar.extractall(dest, filter="data")
+    return dest
+
+
+@pytest.mark.network
+@pytest.mark.parametrize("version", [pin.version for pin in PINS.pins])
+def test_every_pin_compiles_the_multi_step_metadata_kernel_from_depth_4(version, tmp_path):
+    threshold, evidence = matrix.multi_step_kernel_threshold(_pristine_attention(PINS.select([version])[0], tmp_path))
+    assert threshold == 4, evidence
+    assert "speculative_num_steps > 3" in evidence
+
+
+@pytest.mark.network
+@pytest.mark.parametrize("version", ["0.5.14", "0.5.23"])
+def test_spec_cells_build_the_multi_step_kernel_from_depth_4_and_it_fails_pristine_where_it_was_patched(
+    version, project_copy
+):
+    deep = matrix.run_cpu_cell(project_copy, matrix.Cell("cpu", "spec", version, 4))
+    shallow = read_records(project_copy.build_dir / "matrix" / "records")
+    assert deep.tree and deep.series_hash == project_copy.series().digest()
+    parts = {part.name: part for part in deep.parts}
+    patched = parts["HIP build of fused_metadata_copy.cuh (patched)"]
+    pristine = parts["HIP build of fused_metadata_copy.cuh (pristine)"]
+    assert patched.outcome == PASSED, patched
+    assert pristine.outcome == PASSED, pristine
+    assert ("expected bug" if version < GUARD_FIXED_UPSTREAM else "expected clean") in pristine.detail
+    assert deep.figures["multi_step_kernel"] is True
+    depth3 = matrix.run_cpu_cell(project_copy, matrix.Cell("cpu", "spec", version, 3))
+    assert depth3.figures["multi_step_kernel"] is False
+    assert not [p for p in depth3.parts if p.name.startswith("HIP build")]
+    assert any(p.name.startswith("multi-step metadata kernel not used") and p.outcome == PASSED for p in depth3.parts)
+    assert deep.outcome in (PASSED, PARTIAL) and depth3.outcome in (PASSED, PARTIAL, SKIPPED)
+    assert shallow  # the records are on disk for the report
+
+
+def _ran(part: Part) -> Part:
+    """``part`` when it ran; a part that could not run here skips the test (fails where CI requires it)."""
+    if part.outcome == SKIPPED:
+        message = f"{part.name} could not run here: {part.detail}"
+        if REQUIRE_WITNESSES:
+            pytest.fail(message)
+        pytest.skip(message)
+    return part
+
+
+@pytest.mark.network
+@pytest.mark.parametrize("version", ["0.5.10", "0.5.23"])
+def test_build_cell_compiles_the_touched_kernel_and_imports_the_patched_pin(version, project_copy):
+    record = matrix.run_cpu_cell(project_copy, matrix.Cell("cpu", "build", version))
+    assert record.figures["kernels"] == ["fused_metadata_copy.cuh"]
+    compile_part = next(p for p in record.parts if p.name.startswith("HIP build"))
+    assert compile_part.outcome == PASSED, compile_part
+    smoke = _ran(next(p for p in record.parts if p.name.startswith("import smoke")))
+    assert smoke.outcome == PASSED, smoke
+    assert "fused_metadata_copy" in smoke.detail and "sglang.srt.server_args" in smoke.detail
+    assert Path(record.log).is_file() and record.cell_id in Path(record.log).read_text()
+
+
+@pytest.mark.network
+def test_rocm_session_door_records_a_skip_with_its_reason_here(project_copy, tmp_path, capsys):
+    if Path("/dev/kfd").exists():
+        pytest.skip("this machine has /dev/kfd: the ROCm tier would really run")
+    record_path = tmp_path / "cell.json"
+    code = main(["--root", str(project_copy.root), "matrix", "run", "spec", "0.5.14", "--depth", "5",
+                 "--tier", "rocm", "--record", str(record_path)])
+    assert code == 0
+    record = json.loads(record_path.read_text())
+    assert record["outcome"] == SKIPPED and "/dev/kfd" in record["reason"]
+    assert "skipped" in capsys.readouterr().out
+
+
+@pytest.mark.network
+@pytest.mark.parametrize(
+    "version, module",
+    [
+        ("0.5.10", "sglang.jit_kernel.fused_metadata_copy"),
+        ("0.5.19", "sglang.kernels.ops.attention.fused_metadata_copy"),
+        ("0.5.23", "sglang.kernels.ops.attention.dsa.fused_metadata_copy"),
+    ],
+)
+def test_the_rocm_build_check_finds_the_kernel_loaders_in_every_layout(version, module, project_copy):
+    """The in-container build check must find what to compile wherever the release keeps it; the
+    module it finds defines every loader function the check calls, with the argument count used."""
+    put = matrix.prepare_pin(project_copy, version)
+    script = REPO_ROOT / "sglpatch" / "rocm_checks" / "build_check.py"
+    probe = (
+        "import importlib.util, json, sys\n"
+        f"spec = importlib.util.spec_from_file_location('build_check', {str(script)!r})\n"
+        "check = importlib.util.module_from_spec(spec); spec.loader.exec_module(check)\n"
+        "print(json.dumps({'modules': check.loader_modules('fused_metadata_copy.cuh'),"
+        " 'loaders': check.LOADERS['fused_metadata_copy.cuh']}))\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(put.tree_path / "python")}
+    answer = json.loads(subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, check=True).stdout)
+    assert answer["modules"] == [module]
+    source = (put.tree_path / "python" / Path(*module.split("."))).with_suffix(".py").read_text()
+    for name, args in answer["loaders"]:
+        signature = re.search(rf"def {name}\(([^)]*)\)", source)
+        assert signature, name
+        assert len([a for a in signature.group(1).split(",") if a.strip()]) == len(args), (name, signature.group(1))
+
+
+@pytest.mark.network
+def test_load_cell_resolves_the_synthetic_glm_checkpoint_on_the_patched_pin_and_not_on_the_pristine(project_copy, tmp_path):
+    import dataclasses
+
+    from sglpatch.apply import checkout_commit
+    from sglpatch.witnesses import mtp_exclude
+
+    record = matrix.run_cpu_cell(project_copy, matrix.Cell("cpu", "load", "0.5.14"))
+    parts = {part.name.split(" (")[0]: part for part in record.parts}
+    witness = _ran(parts["MTP load witness"])
+    assert witness.outcome == PASSED, witness
+    synthetic = _ran(parts["synthetic GlmMoeDsa checkpoint through the pin's config and quantization"])
+    assert synthetic.outcome == PASSED, synthetic
+    assert "layer 78" in synthetic.detail and "shared_experts.gate_up_proj: UnquantizedLinearMethod/ok" in synthetic.detail
+
+    # The same checkpoint on the pristine release: the bring-up's half-width MXFP4 slot.
+    put = matrix.prepare_pin(project_copy, "0.5.14")
+    pristine = checkout_commit(put.tree_path, put.pristine_commit, tmp_path / "pristine")
+    part, _ = matrix.synthetic_checkpoint_part(dataclasses.replace(put, tree_path=pristine), mtp_exclude)
+    assert part.outcome == FAILED, part
+    assert "shape-mismatch" in part.detail

@@ -1,0 +1,122 @@
+"""The ROCm tier's judgement of what its in-container checks print, and what it asks docker for."""
+
+from __future__ import annotations
+
+import json
+import py_compile
+from pathlib import Path
+
+from sglpatch import containers, matrix, rocm_tier
+from sglpatch.containers import ContainerRun
+from sglpatch.results import FAILED, PASSED, CellRecord
+
+
+def _judge(cell: matrix.Cell, figures: dict | None, exit_code: int = 0, **run) -> CellRecord:
+    record = CellRecord(cell.tier, cell.check, cell.pin, cell.depth, "2", "ab" * 32, "skipped")
+    log = "server log line\n" + (json.dumps(figures) if figures is not None else "Traceback: boom")
+    rocm_tier.judge(cell, ContainerRun(exit_code, log, **run), record)
+    return record
+
+
+def _spec_figures(**overrides) -> dict:
+    figures = {
+        "healthy_s": 312.0, "mismatch_lines": [], "accept_length": 3.4, "decode_tok_s": 205.0,
+        "depth3_decode_tok_s": 180.0, "burst_completed": 32, "burst_errors": [],
+        "prefix_match": [1.0, 1.0, 0.8, 1.0], "exact_match": 3, "gpu": "AMD Instinct MI355X",
+    }
+    return {**figures, **overrides}
+
+
+def _outcomes(record: CellRecord) -> dict[str, str]:
+    return {part.name: part.outcome for part in record.parts}
+
+
+def test_a_healthy_deep_spec_server_passes_every_part():
+    record = _judge(matrix.Cell("rocm", "spec", "0.5.14", 5), _spec_figures())
+    assert set(_outcomes(record).values()) == {PASSED}, record.parts
+    assert record.gpu == "AMD Instinct MI355X"
+    assert record.figures["decode_ratio_vs_d3"] == round(205 / 180, 3)
+
+
+def test_a_missing_rocm_guard_shows_as_collapsed_decode_speed_and_fails():
+    # The bring-up: the failed compile is retried every step, decode drops ~30x against depth 3.
+    record = _judge(matrix.Cell("rocm", "spec", "0.5.14", 5), _spec_figures(decode_tok_s=6.5))
+    assert _outcomes(record)["decode speed not collapsed against depth 3"] == FAILED
+
+
+def test_accept_length_is_judged_against_the_floor_of_its_depth():
+    floor = rocm_tier.ACCEPT_LENGTH_FLOORS[6]
+    low = _judge(matrix.Cell("rocm", "spec", "0.5.14", 6), _spec_figures(accept_length=floor - 0.01))
+    assert _outcomes(low)[f"accept length above {floor}"] == FAILED
+    missing = _judge(matrix.Cell("rocm", "spec", "0.5.14", 6), _spec_figures(accept_length=None))
+    assert _outcomes(missing)[f"accept length above {floor}"] == FAILED
+    assert sorted(rocm_tier.ACCEPT_LENGTH_FLOORS) == list(matrix.DEPTHS)
+    assert all(rocm_tier.ACCEPT_LENGTH_FLOORS[d] < d + 1 for d in matrix.DEPTHS)  # at most d + 1 per step
+
+
+def test_a_burst_with_a_lost_request_and_a_shape_mismatch_fail():
+    record = _judge(matrix.Cell("rocm", "spec", "0.5.14", 3), _spec_figures(
+        burst_completed=31, burst_errors=["TimeoutError"],
+        mismatch_lines=["RuntimeError: size mismatch for model.decoder.mlp.shared_experts.gate_up_proj"]))
+    outcomes = _outcomes(record)
+    assert outcomes["32 concurrent requests complete"] == FAILED
+    assert outcomes["no shape mismatch in the server log"] == FAILED
+
+
+def test_load_fails_when_the_server_never_becomes_healthy_or_prints_nothing():
+    sick = _judge(matrix.Cell("rocm", "load", "0.5.14"), {"healthy_s": None, "mismatch_lines": [], "error": "exit 1"})
+    assert _outcomes(sick)["server healthy"] == FAILED
+    silent = _judge(matrix.Cell("rocm", "load", "0.5.14"), None, exit_code=1)
+    assert [p.outcome for p in silent.parts] == [FAILED] and "no figures" in silent.parts[0].detail
+    killed = _judge(matrix.Cell("rocm", "load", "0.5.14"), None, exit_code=None, timed_out=True)
+    assert killed.parts[0].detail == "timed out"
+
+
+def test_build_passes_only_when_every_loader_compiled():
+    ok = _judge(matrix.Cell("rocm", "build", "0.5.14"), {"kernels": {"m._jit_a(0,)": "", "m._jit_b()": ""}, "gpu": "x"})
+    assert [p.outcome for p in ok.parts] == [PASSED]
+    bad = _judge(matrix.Cell("rocm", "build", "0.5.14"), {"kernels": {"m._jit_a(0,)": "fatal error: 'cuda_runtime.h'"}}, exit_code=1)
+    assert [p.outcome for p in bad.parts] == [FAILED]
+    nothing = _judge(matrix.Cell("rocm", "build", "0.5.14"), {"kernels": {}})
+    assert [p.outcome for p in nothing.parts] == [FAILED]
+
+
+def test_gpu_containers_get_sglangs_amd_ci_flags_and_aiter():
+    assert containers.GPU_RUN_OPTIONS["devices"] == ["/dev/kfd:/dev/kfd:rwm", "/dev/dri:/dev/dri:rwm"]
+    assert containers.GPU_RUN_OPTIONS["group_add"] == ["video"]
+    assert containers.GPU_RUN_OPTIONS["shm_size"] == "32g"
+    assert containers.GPU_RUN_OPTIONS["cap_add"] == ["SYS_PTRACE"]
+    assert containers.GPU_RUN_OPTIONS["security_opt"] == ["seccomp=unconfined"]
+    assert containers.GPU_ENV == {"SGLANG_USE_AITER": "1"}
+
+
+def test_the_base_image_is_the_pins_release_unless_configured(monkeypatch):
+    monkeypatch.delenv(rocm_tier.IMAGE_ENV, raising=False)
+    options = rocm_tier.RocmOptions()
+    assert options.image_for("0.5.14", "lmsysorg/sglang:v0.5.14-rocm720-mi35x") == "lmsysorg/sglang:v0.5.14-rocm720-mi35x"
+    monkeypatch.setenv(rocm_tier.IMAGE_ENV, "registry.local/sglang:v{version}-rocm")
+    assert options.image_for("0.5.14", "unused") == "registry.local/sglang:v0.5.14-rocm"
+    assert rocm_tier.RocmOptions(base_image="mine:{version}").image_for("0.5.23", "unused") == "mine:0.5.23"
+
+
+def test_the_in_container_checks_compile_with_the_standard_library_only(tmp_path):
+    for script in sorted(rocm_tier.CHECK_SCRIPTS.glob("*.py")):
+        py_compile.compile(str(script), cfile=str(tmp_path / (script.name + "c")), doraise=True)
+        imports = {line.split()[1].split(".")[0] for line in script.read_text().splitlines()
+                   if line.startswith(("import ", "from ")) and not line.startswith("from __future__")}
+        assert imports <= {"json", "os", "re", "signal", "subprocess", "sys", "threading", "time", "urllib",
+                           "pathlib", "importlib", "traceback"}, (script.name, imports)
+    assert {p.name for p in rocm_tier.CHECK_SCRIPTS.glob("*.py")} == {"build_check.py", "serve_check.py"}
+
+
+def test_serve_check_compares_greedy_outputs_by_prefix():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("serve_check", rocm_tier.CHECK_SCRIPTS / "serve_check.py")
+    serve_check = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(serve_check)
+    assert serve_check.common_prefix("The capital is Paris.", "The capital is Lyon.") == len("The capital is ")
+    assert serve_check.accept_length({"spec_accept_length": 3.5}) == 3.5
+    assert serve_check.accept_length({"completion_tokens": 64, "spec_verify_ct": 16}) == 4.0
+    assert serve_check.accept_length({"completion_tokens": 64}) is None
+    assert Path(serve_check.__file__).name == "serve_check.py"
