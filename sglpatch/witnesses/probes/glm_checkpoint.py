@@ -18,6 +18,8 @@ import json
 import os
 import sys
 
+from quark_checkpoint import quark_config_dict, save_bf16_tensors
+
 # Width divisors: 6144 -> 64 hidden, 2048 -> 32 expert width; heads and ranks become tiny.
 SMALL = {
     "hidden_size": 64,
@@ -37,13 +39,6 @@ SMALL = {
     "vocab_size": 128,
     "max_position_embeddings": 256,
 }
-MXFP4 = {
-    "dtype": "fp4", "qscheme": "per_group", "ch_axis": -1, "group_size": 32, "symmetric": None,
-    "round_method": "half_even", "scale_type": "float", "scale_format": "e8m0",
-    "scale_calculation_mode": "even", "mx_element_dtype": None, "observer_cls": "PerBlockMXObserver",
-    "is_scale_quant": False,
-}
-
 
 def glm_config() -> dict:
     from transformers import GlmMoeDsaConfig
@@ -55,9 +50,6 @@ def glm_config() -> dict:
 
 
 def main(out: str) -> int:
-    import torch
-    from safetensors.torch import save_file
-
     config = glm_config()
     layer = config["num_hidden_layers"]  # the MTP layer's index in the checkpoint
     hidden, expert = config["hidden_size"], config["moe_intermediate_size"] * config.get("n_shared_experts", 1)
@@ -68,21 +60,11 @@ def main(out: str) -> int:
         f"{prefix}.mlp.shared_experts.down_proj": (hidden, expert),
         f"{prefix}.eh_proj": (hidden, 2 * hidden),
     }
-    config["quantization_config"] = {
-        "quant_method": "quark", "version": "0.10", "quant_mode": "eager_mode",
-        "export": {"kv_cache_group": [], "min_kv_scale": 0.0, "pack_method": "reorder",
-                   "weight_format": "real_quantized", "weight_merge_groups": None},
-        "global_quant_config": {"weight": {**MXFP4, "is_dynamic": False}, "input_tensors": {**MXFP4, "is_dynamic": True},
-                                "output_tensors": None, "bias": None, "target_device": None},
-        "exclude": ["lm_head", *excluded], "algo_config": None, "layer_quant_config": {},
-        "layer_type_quant_config": {}, "kv_cache_quant_config": {},
-    }
+    config["quantization_config"] = quark_config_dict(["lm_head", *excluded])
     os.makedirs(out, exist_ok=True)
     with open(os.path.join(out, "config.json"), "w") as handle:
         json.dump(config, handle, indent=1)
-    generator = torch.Generator().manual_seed(78)
-    tensors = {f"{name}.weight": torch.randn(shape, generator=generator).to(torch.bfloat16) for name, shape in excluded.items()}
-    save_file(tensors, os.path.join(out, "model-mtp.safetensors"))
+    save_bf16_tensors(out, {f"{name}.weight": shape for name, shape in excluded.items()}, seed=78)
     shape = {key: config[key] for key in ("num_hidden_layers", "hidden_size", "moe_intermediate_size",
                                           "n_routed_experts", "n_shared_experts", "num_experts_per_tok")}
     print(json.dumps({"folder": out, "mtp_layer": layer, "excluded": list(excluded), "shape": shape}))

@@ -45,6 +45,8 @@ import time
 import traceback
 import warnings
 
+from quark_checkpoint import quark_config_dict, save_bf16_tensors
+
 N = 2  # num_hidden_layers of the synthetic model: its MTP layer is model.layers.2.*
 H = 64  # hidden_size
 I = 32  # moe_intermediate_size (one shared expert)
@@ -98,15 +100,6 @@ def hf_config_dict(num_layers: int = N) -> dict:
     )
 
 
-def _mxfp4(dynamic: bool) -> dict:
-    return {
-        "dtype": "fp4", "is_dynamic": dynamic, "qscheme": "per_group", "ch_axis": -1, "group_size": 32,
-        "symmetric": None, "round_method": "half_even", "scale_type": "float", "scale_format": "e8m0",
-        "scale_calculation_mode": "even", "mx_element_dtype": None, "observer_cls": "PerBlockMXObserver",
-        "is_scale_quant": False,
-    }
-
-
 def exclude_list(spelling: str, layer: int = N) -> list[str]:
     """Quark's exclude list keeping the MTP shared expert and eh_proj bf16, spelled one way."""
     L = f"model.layers.{layer}"
@@ -122,31 +115,14 @@ def exclude_list(spelling: str, layer: int = N) -> list[str]:
     raise ValueError(spelling)
 
 
-def quark_config_dict(exclude: list[str]) -> dict:
-    """A ``quantization_config`` as Quark writes it for MXFP4 weights and activations."""
-    return {
-        "quant_method": "quark", "version": "0.10", "quant_mode": "eager_mode",
-        "export": {"kv_cache_group": [], "min_kv_scale": 0.0, "pack_method": "reorder",
-                   "weight_format": "real_quantized", "weight_merge_groups": None},
-        "global_quant_config": {"weight": _mxfp4(False), "input_tensors": _mxfp4(True), "output_tensors": None,
-                                "bias": None, "target_device": None},
-        "exclude": exclude, "algo_config": None, "layer_quant_config": {}, "layer_type_quant_config": {},
-        "kv_cache_quant_config": {},
-    }
-
-
 def write_checkpoint(folder: str, spelling: str, seed: int = 0) -> str:
     """config.json plus one safetensors file holding the MTP layer's excluded modules in bf16."""
-    import torch
-    from safetensors.torch import save_file
-
     config = hf_config_dict()
     config["quantization_config"] = quark_config_dict(exclude_list(spelling))
     os.makedirs(folder, exist_ok=True)
     with open(os.path.join(folder, "config.json"), "w") as handle:
         json.dump(config, handle, indent=1)
     if spelling != "none":
-        gen = torch.Generator().manual_seed(seed)
         L = f"model.layers.{N}"
         shapes = {
             f"{L}.mlp.shared_experts.gate_proj.weight": (I, H),
@@ -154,8 +130,7 @@ def write_checkpoint(folder: str, spelling: str, seed: int = 0) -> str:
             f"{L}.mlp.shared_experts.down_proj.weight": (H, I),
             f"{L}.eh_proj.weight": (H, 2 * H),
         }
-        tensors = {name: torch.randn(shape, generator=gen).to(torch.bfloat16) for name, shape in shapes.items()}
-        save_file(tensors, os.path.join(folder, "model-mtp.safetensors"))
+        save_bf16_tensors(folder, shapes, seed)
     return folder
 
 
