@@ -4,45 +4,31 @@ once patch 0002 is applied; and its decision rule on hand-made probe answers."""
 
 from __future__ import annotations
 
-import io
 import json
 import random
 import struct
-import subprocess
-import tarfile
 from pathlib import Path
 
 import pytest
 
-from conftest import REPO_ROOT
-from sglpatch import sources
-from sglpatch.pins import load_pins
-from sglpatch.series import load_series
+from conftest import REAL_PINS as PINS
+from conftest import apply_rendition, pristine_subtree, skip_unless_required
+from sglpatch import pyenv
 from sglpatch.witnesses import BUG, CLEAN, UNAVAILABLE, mtp_exclude
+from sglpatch.witnesses.probes.quark_checkpoint import quark_config_dict
 
-PINS = load_pins(REPO_ROOT / "upstream" / "pins.toml")
 PATCH = "0002-quark-keep-mtp-draft-excluded-modules-unquantized.patch"
 
 
 def _tree(version: str, dest: Path, patched: bool) -> Path:
     """The pin's python/sglang as released, with patch 0002's rendition for it applied if asked."""
-    pin = PINS.select([version])[0]
-    pristine = sources.pristine_from_index(pin, sources.index_url(PINS.index_url))
-    archive = subprocess.run(
-        ["git", "archive", pristine.commit, "python/sglang"], cwd=pristine.repo, capture_output=True, check=True
-    ).stdout
-    with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
-        tar.extractall(dest, filter="data")
-    if patched:
-        rendition = load_series(REPO_ROOT / "patches").get(PATCH).for_version(version)
-        assert rendition is not None, f"no rendition of {PATCH} for {version}"
-        subprocess.run(["git", "apply", "--directory=", str(rendition.path)], cwd=dest, check=True)
-    return dest
+    tree = pristine_subtree(version, dest)
+    return apply_rendition(tree, PATCH, version) if patched else tree
 
 
 def _skip_if_env_unavailable(result) -> None:
     if result.state == UNAVAILABLE and result.detail.startswith("CPU environment:"):
-        pytest.skip(f"the pin's CPU Python cannot be built here: {result.detail}")
+        skip_unless_required(f"the pin's CPU Python cannot be built here: {result.detail}")
 
 
 @pytest.mark.network
@@ -93,19 +79,9 @@ def _glm_checkpoint(folder: Path) -> Path:
         "vocab_size": 128, "rms_norm_eps": 1e-5, "hidden_act": "silu", "max_position_embeddings": 256,
         "rope_theta": 10000.0, "tie_word_embeddings": False, "torch_dtype": "bfloat16",
     }
-    mxfp4 = {"dtype": "fp4", "qscheme": "per_group", "ch_axis": -1, "group_size": 32, "symmetric": None,
-             "round_method": "half_even", "scale_type": "float", "scale_format": "e8m0",
-             "scale_calculation_mode": "even", "mx_element_dtype": None, "observer_cls": "PerBlockMXObserver",
-             "is_scale_quant": False}
-    config["quantization_config"] = {
-        "quant_method": "quark", "version": "0.10", "quant_mode": "eager_mode",
-        "export": {"kv_cache_group": [], "min_kv_scale": 0.0, "pack_method": "reorder",
-                   "weight_format": "real_quantized", "weight_merge_groups": None},
-        "global_quant_config": {"weight": {**mxfp4, "is_dynamic": False}, "input_tensors": {**mxfp4, "is_dynamic": True},
-                                "output_tensors": None, "bias": None, "target_device": None},
-        "exclude": ["lm_head", *(f"model.layers.3.mlp.shared_experts.{p}" for p in ("gate_proj", "up_proj", "down_proj"))],
-        "algo_config": None, "layer_quant_config": {}, "layer_type_quant_config": {}, "kv_cache_quant_config": {},
-    }
+    config["quantization_config"] = quark_config_dict(
+        ["lm_head", *(f"model.layers.3.mlp.shared_experts.{p}" for p in ("gate_proj", "up_proj", "down_proj"))]
+    )
     (folder / "config.json").write_text(json.dumps(config))
     _bf16_safetensors(folder / "model.safetensors", {
         "model.layers.3.mlp.shared_experts.gate_proj.weight": (32, 64),
@@ -122,12 +98,8 @@ def test_resolve_mtp_modules_reports_each_module_of_a_given_checkpoint(patched, 
     tree = _tree(pin.version, tmp_path / "tree", patched)
     try:
         answer = mtp_exclude.resolve_mtp_modules(tree, pin, checkpoint=_glm_checkpoint(tmp_path / "ckpt"))
-    except mtp_exclude.ProbeFailed:
-        raise
-    except Exception as exc:  # EnvUnavailable, imported lazily with sglpatch.pyenv
-        if type(exc).__name__ == "EnvUnavailable":
-            pytest.skip(f"the pin's CPU Python cannot be built here: {exc}")
-        raise
+    except pyenv.EnvUnavailable as exc:
+        skip_unless_required(f"the pin's CPU Python cannot be built here: {exc}")
     modules = answer["cases"]["checkpoint"]["modules"]
     gate_up = modules["shared_experts.gate_up_proj"]
     assert gate_up["prefix"] == "model.decoder.mlp.shared_experts.gate_up_proj"
