@@ -14,14 +14,13 @@ warm re-run of the whole CPU tier costs seconds.
 from __future__ import annotations
 
 import hashlib
-import importlib
 import json
 import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from sglpatch import cache, diffs, witnesses
+from sglpatch import cache, diffs, pyenv, witnesses
 from sglpatch.apply import NOT_APPLICABLE, NOT_NEEDED, PinResult, checkout_commit
 from sglpatch.errors import SglpatchError
 from sglpatch.gitcmd import git_out
@@ -30,12 +29,11 @@ from sglpatch.profile import Profile, load_profile
 from sglpatch.project import Project, apply_series
 from sglpatch.results import FAILED, PASSED, SKIPPED, CellRecord, Part, cell_id, combine, write_atomically, write_record
 from sglpatch.witnesses import BUG, CLEAN, UNAVAILABLE
-from sglpatch.witnesses import rocm_guard
+from sglpatch.witnesses import mtp_exclude, rocm_flags, rocm_guard
 
 TIERS = ("cpu", "rocm")
 DEPTHS = tuple(range(1, 7))
 PROFILE = "glm-5.2-mxfp4-mi355x"
-PROBES_DIR = Path(__file__).parent / "witnesses" / "probes"
 # Bump when what a CPU cell checks changes in a way the hashed sources below do not show.
 CPU_TIER_VERSION = "1"
 
@@ -266,8 +264,8 @@ def _code_digest() -> str:
     """What checks a CPU cell: this module and the child-side probes. A change re-runs the cells."""
     digest = hashlib.sha256(CPU_TIER_VERSION.encode())
     paths = [Path(__file__)]
-    if PROBES_DIR.is_dir():
-        paths += sorted(PROBES_DIR.rglob("*.py"))
+    if pyenv.PROBES.is_dir():
+        paths += sorted(pyenv.PROBES.rglob("*.py"))
     for name in ("mtp_exclude.py", "rocm_flags.py", "rocm_guard.py"):
         paths.append(Path(__file__).parent / "witnesses" / name)
     for path in paths:
@@ -396,9 +394,9 @@ def import_smoke(put: PinUnderTest) -> tuple[Part, list[str]]:
         python = _cpu_python(put.pin)
     except _Unavailable as exc:
         return Part(name, SKIPPED, str(exc)), []
-    run = python.run([str(PROBES_DIR / "import_smoke.py"), *modules], tree=put.tree_path, timeout=900)
+    run = python.run([str(pyenv.PROBES / "import_smoke.py"), *modules], tree=put.tree_path, timeout=900)
     log = [f"$ import_smoke.py {' '.join(modules)}", run.stdout[-20000:], run.stderr[-20000:]]
-    report = _last_json(run.stdout)
+    report = last_json(run.stdout)
     if report is None:
         return Part(name, FAILED, f"the probe printed no report (exit {run.returncode}): {run.stderr.strip()[-400:]}"), log
     failed = {m: e for m, e in report.get("modules", {}).items() if e}
@@ -415,16 +413,13 @@ class _Unavailable(Exception):
 def _cpu_python(pin: Pin):
     """The CPU Python of the pin (shared torch venv + the pin's own pinned dependencies)."""
     try:
-        pyenv = importlib.import_module("sglpatch.pyenv")
-    except ImportError:
-        raise _Unavailable("sglpatch.pyenv (the CPU Python of a pin) is not in this checkout") from None
-    try:
         return pyenv.cpu_python(pin)
     except pyenv.EnvUnavailable as exc:
         raise _Unavailable(f"no CPU Python for {pin.version}: {exc}") from None
 
 
-def _last_json(stdout: str) -> dict | None:
+def last_json(stdout: str) -> dict | None:
+    """The last line of a probe's or check script's output that is a JSON object."""
     for line in reversed(stdout.splitlines()):
         line = line.strip()
         if line.startswith("{"):
@@ -441,15 +436,10 @@ def _last_json(stdout: str) -> dict | None:
 def load_cell(put: PinUnderTest, record: CellRecord) -> list[str]:
     """The MTP load witness on the patched tree, then a synthetic checkpoint of the pin's GlmMoeDsa
     shape through the pin's config and quantization resolution for every MTP module."""
-    try:
-        mtp = importlib.import_module("sglpatch.witnesses.mtp_exclude")
-    except ImportError:
-        record.parts.append(Part("MTP load witness", SKIPPED, "sglpatch.witnesses.mtp_exclude is not in this checkout"))
-        return []
-    witness = mtp.MtpQuarkExcludeWitness()
+    witness = mtp_exclude.MtpQuarkExcludeWitness()
     result = witnesses.run_cached(witness, put.patched_tree, put.pin, lambda: _checkout(put, put.patched_commit))
     record.parts.append(_witness_part(f"MTP load witness ({witness.name}) on the patched pin", result, expect=CLEAN))
-    part, log = synthetic_checkpoint_part(put, mtp)
+    part, log = synthetic_checkpoint_part(put)
     record.parts.append(part)
     return log
 
@@ -465,7 +455,7 @@ def _checkout(put: PinUnderTest, commit: str) -> Path:
     return checkout_commit(put.tree_path, commit, folder)
 
 
-def synthetic_checkpoint_part(put: PinUnderTest, mtp) -> tuple[Part, list[str]]:
+def synthetic_checkpoint_part(put: PinUnderTest) -> tuple[Part, list[str]]:
     """A GLM-5-shaped Quark checkpoint written by the pin's own transformers, resolved by the
     patched pin: every excluded MTP module unquantized and loaded exactly, the rest quantized."""
     import tempfile
@@ -476,16 +466,17 @@ def synthetic_checkpoint_part(put: PinUnderTest, mtp) -> tuple[Part, list[str]]:
     except _Unavailable as exc:
         return Part(name, SKIPPED, str(exc)), []
     with tempfile.TemporaryDirectory(prefix="sglpatch-glm-ckpt-") as folder:
-        made = python.run([str(PROBES_DIR / "glm_checkpoint.py"), folder], tree=put.tree_path, timeout=300)
-        written = _last_json(made.stdout)
+        made = python.run([str(pyenv.PROBES / "glm_checkpoint.py"), folder], tree=put.tree_path, timeout=300)
+        written = last_json(made.stdout)
         log = [f"$ glm_checkpoint.py: exit {made.returncode}", made.stdout[-4000:], made.stderr[-4000:]]
         if written is None:
             return Part(name, FAILED, f"the checkpoint was not written: {made.stderr.strip()[-400:]}"), log
         try:
-            answer = mtp.resolve_mtp_modules(put.tree_path, put.pin, checkpoint=Path(folder))
-        except Exception as exc:  # EnvUnavailable, ProbeFailed: the probe's own words
-            state = SKIPPED if type(exc).__name__ == "EnvUnavailable" else FAILED
-            return Part(name, state, str(exc)[:600]), log
+            answer = mtp_exclude.resolve_mtp_modules(put.tree_path, put.pin, checkpoint=Path(folder))
+        except pyenv.EnvUnavailable as exc:
+            return Part(name, SKIPPED, str(exc)[:600]), log
+        except Exception as exc:  # ProbeFailed and anything else: the probe's own words
+            return Part(name, FAILED, str(exc)[:600]), log
     log.append(json.dumps(answer, indent=1, default=str)[:20000])
     return judge_checkpoint(name, answer, written), log
 
@@ -545,19 +536,11 @@ def spec_cells(put: PinUnderTest, records: dict[int, CellRecord]) -> dict[int, l
     resolved = None
     name = "profile accepted by the pin's ServerArgs (HIP emulation)"
     try:
-        flags = importlib.import_module("sglpatch.witnesses.rocm_flags")
-    except ImportError:
-        flags = None
-    if flags is not None:
-        try:
-            resolved = flags.resolve_server_args(put.tree_path, put.pin, spec_scenarios(profile, list(records)), profile=profile)
-        except Exception as exc:  # WitnessUnavailable: no CPU Python here; anything else is a failure
-            state = SKIPPED if type(exc).__name__ == "WitnessUnavailable" else FAILED
-            for record in records.values():
-                record.parts.append(Part(name, state, str(exc)[:600]))
-    else:
+        resolved = rocm_flags.resolve_server_args(put.tree_path, put.pin, spec_scenarios(profile, list(records)), profile=profile)
+    except Exception as exc:  # WitnessUnavailable: no CPU Python here; anything else is a failure
+        state = SKIPPED if isinstance(exc, rocm_flags.WitnessUnavailable) else FAILED
         for record in records.values():
-            record.parts.append(Part(name, SKIPPED, "the flags witness (sglpatch.witnesses.rocm_flags) is not in this checkout"))
+            record.parts.append(Part(name, state, str(exc)[:600]))
     try:
         threshold, evidence = multi_step_kernel_threshold(put.tree_path)
     except SglpatchError as exc:

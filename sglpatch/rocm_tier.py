@@ -17,7 +17,7 @@ from pathlib import Path
 
 from sglpatch import containers
 from sglpatch.errors import SglpatchError
-from sglpatch.matrix import PROFILE, Cell, PinUnderTest, depth_argv, matrix_dir, prepare_pin, validate_cell
+from sglpatch.matrix import PROFILE, Cell, PinUnderTest, depth_argv, last_json, matrix_dir, prepare_pin, validate_cell
 from sglpatch.profile import load_profile
 from sglpatch.project import Project
 from sglpatch.results import FAILED, PASSED, SKIPPED, CellRecord, Part, cell_id, combine, write_record
@@ -160,7 +160,7 @@ def check_command(
 
 def judge(cell: Cell, run: containers.ContainerRun, record: CellRecord) -> None:
     """The check definitions applied to what the container printed."""
-    figures = _last_json(run.log)
+    figures = last_json(run.log)
     where = f"{cell.check} in the patched image"
     if run.start_error:
         record.parts.append(Part(where, FAILED, f"the container did not start: {run.start_error}"[:600]))
@@ -222,14 +222,3 @@ def spec_parts(depth: int, figures: dict) -> list[Part]:
     parts.append(Part(f"{BURST} concurrent requests complete", PASSED if completed == BURST else FAILED,
                       f"{completed} of {BURST}; {figures.get('burst_errors') or ''}"))
     return parts
-
-
-def _last_json(text: str) -> dict | None:
-    for line in reversed(text.splitlines()):
-        line = line.strip()
-        if line.startswith("{") and line.endswith("}"):
-            try:
-                return json.loads(line)
-            except ValueError:
-                continue
-    return None

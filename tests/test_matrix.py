@@ -3,25 +3,21 @@ cells on the real pins."""
 
 from __future__ import annotations
 
-import io
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
-import tarfile
 from pathlib import Path
 
 import pytest
 import yaml
 
-from conftest import REPO_ROOT, REQUIRE_WITNESSES
-from sglpatch import matrix, sources
+from conftest import REPO_ROOT, pristine_subtree, skip_unless_required
+from sglpatch import matrix
 from sglpatch.cli import main
 from sglpatch.pins import load_pins
 from sglpatch.profile import load_profile
-from sglpatch.project import Project
 from sglpatch.results import FAILED, PARTIAL, PASSED, SKIPPED, CellRecord, Part, combine, read_records, render_markdown, write_record
 
 PINS = load_pins(REPO_ROOT / "upstream" / "pins.toml")
@@ -176,22 +172,8 @@ def test_the_table_has_a_row_per_pin_a_column_per_cell_and_the_reasons(tmp_path)
 # -- the CPU cells on the real pins ------------------------------------------------------------
 
 
-@pytest.fixture
-def project_copy(tmp_path):
-    root = tmp_path / "project"
-    for part in ("upstream", "patches"):
-        shutil.copytree(REPO_ROOT / part, root / part)
-    shutil.copy(REPO_ROOT / "series.lock", root / "series.lock")
-    return Project(root)
-
-
 def _pristine_attention(pin, dest: Path) -> Path:
-    pristine = sources.pristine_from_index(pin, sources.index_url(PINS.index_url))
-    archive = subprocess.run(["git", "archive", pristine.commit, "python/sglang/srt/layers/attention"],
-                             cwd=pristine.repo, capture_output=True, check=True).stdout
-    with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
-        tar.extractall(dest, filter="data")
-    return dest
+    return pristine_subtree(pin.version, dest, path="python/sglang/srt/layers/attention")
 
 
 @pytest.mark.network
@@ -228,10 +210,7 @@ def test_spec_cells_build_the_multi_step_kernel_from_depth_4_and_it_fails_pristi
 def _ran(part: Part) -> Part:
     """``part`` when it ran; a part that could not run here skips the test (fails where CI requires it)."""
     if part.outcome == SKIPPED:
-        message = f"{part.name} could not run here: {part.detail}"
-        if REQUIRE_WITNESSES:
-            pytest.fail(message)
-        pytest.skip(message)
+        skip_unless_required(f"{part.name} could not run here: {part.detail}")
     return part
 
 
@@ -297,7 +276,6 @@ def test_load_cell_resolves_the_synthetic_glm_checkpoint_on_the_patched_pin_and_
     import dataclasses
 
     from sglpatch.apply import checkout_commit
-    from sglpatch.witnesses import mtp_exclude
 
     record = matrix.run_cpu_cell(project_copy, matrix.Cell("cpu", "load", "0.5.14"))
     parts = {part.name.split(" (")[0]: part for part in record.parts}
@@ -310,6 +288,6 @@ def test_load_cell_resolves_the_synthetic_glm_checkpoint_on_the_patched_pin_and_
     # The same checkpoint on the pristine release: the bring-up's half-width MXFP4 slot.
     put = matrix.prepare_pin(project_copy, "0.5.14")
     pristine = checkout_commit(put.tree_path, put.pristine_commit, tmp_path / "pristine")
-    part, _ = matrix.synthetic_checkpoint_part(dataclasses.replace(put, tree_path=pristine), mtp_exclude)
+    part, _ = matrix.synthetic_checkpoint_part(dataclasses.replace(put, tree_path=pristine))
     assert part.outcome == FAILED, part
     assert "shape-mismatch" in part.detail
