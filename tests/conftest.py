@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import io
 import os
+import shutil
 import subprocess
 import tarfile
 import tempfile
@@ -19,8 +20,10 @@ from pathlib import Path
 
 import pytest
 
-from sglpatch import witnesses
+from sglpatch import sources, witnesses
+from sglpatch.pins import load_pins
 from sglpatch.project import Project
+from sglpatch.series import load_series
 from sglpatch.witnesses import BUG, CLEAN, UNAVAILABLE, WitnessResult
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -29,14 +32,53 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 REQUIRE_WITNESSES = os.environ.get("SGLPATCH_REQUIRE_WITNESSES") == "1"
 
 
+def skip_unless_required(message: str) -> None:
+    """Skip with ``message`` where a check could not run here; fail instead where CI requires it."""
+    if REQUIRE_WITNESSES:
+        pytest.fail(message)
+    pytest.skip(message)
+
+
 def require_witness(result: WitnessResult) -> WitnessResult:
     """``result`` when the witness ran; otherwise skip with its reason (fail where CI requires it)."""
     if result.state == UNAVAILABLE:
-        message = f"witness {result.witness} could not run here: {result.detail}"
-        if REQUIRE_WITNESSES:
-            pytest.fail(message)
-        pytest.skip(message)
+        skip_unless_required(f"witness {result.witness} could not run here: {result.detail}")
     return result
+
+
+# -- the real pins and series of this repository ------------------------------------------------
+
+REAL_PINS = load_pins(REPO_ROOT / "upstream" / "pins.toml")
+
+
+def pristine_subtree(version: str, dest: Path, path: str = "python/sglang", keep=None) -> Path:
+    """The pinned release's files under ``path`` as released (from its pristine commit), in ``dest``;
+    ``keep(name)`` narrows them further."""
+    pin = REAL_PINS.select([version])[0]
+    pristine = sources.pristine_from_index(pin, sources.index_url(REAL_PINS.index_url))
+    archive = subprocess.run(["git", "archive", pristine.commit, path], cwd=pristine.repo, capture_output=True, check=True).stdout
+    with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
+        members = [m for m in tar.getmembers() if keep is None or keep(m.name)]
+        tar.extractall(dest, members=members, filter="data")
+    return dest
+
+
+def apply_rendition(tree: Path, patch: str, version: str) -> Path:
+    """``tree`` with the rendition of the series' ``patch`` for ``version`` applied (git apply)."""
+    rendition = load_series(REPO_ROOT / "patches").get(patch).for_version(version)
+    assert rendition is not None, f"{patch} has no rendition for {version}"
+    subprocess.run(["git", "apply", "--directory=", str(rendition.path)], cwd=tree, check=True)
+    return tree
+
+
+@pytest.fixture
+def project_copy(tmp_path) -> Project:
+    """The repository's pins, patches and lock, copied so a test can never rewrite the real lock."""
+    root = tmp_path / "project"
+    for part in ("upstream", "patches"):
+        shutil.copytree(REPO_ROOT / part, root / part)
+    shutil.copy(REPO_ROOT / "series.lock", root / "series.lock")
+    return Project(root)
 
 BASE_FILES = {
     "sglang/__init__.py": "from sglang.version import __version__\n",

@@ -3,28 +3,17 @@ result compared with the committed series.lock bit for bit."""
 
 from __future__ import annotations
 
-import shutil
 
 import pytest
 
 from conftest import REPO_ROOT, git
 from sglpatch import sources
 from sglpatch.pins import load_pins
-from sglpatch.project import Project, apply_series
+from sglpatch.project import apply_series
 
 PINS = load_pins(REPO_ROOT / "upstream" / "pins.toml")
 
 pytestmark = pytest.mark.network
-
-
-@pytest.fixture
-def project_copy(tmp_path):
-    """The repository's pins, patches and lock, copied so a test can never rewrite the real lock."""
-    root = tmp_path / "project"
-    for part in ("upstream", "patches"):
-        shutil.copytree(REPO_ROOT / part, root / part)
-    shutil.copy(REPO_ROOT / "series.lock", root / "series.lock")
-    return Project(root)
 
 
 @pytest.mark.parametrize("version", [pin.version for pin in PINS.pins])

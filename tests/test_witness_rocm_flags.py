@@ -4,41 +4,26 @@ fusion (bug); with patch 0003's rendition for the pin it does neither (clean).""
 
 from __future__ import annotations
 
-import io
-import subprocess
-import tarfile
 from pathlib import Path
 
 import pytest
 
-from conftest import REPO_ROOT
-from sglpatch import sources
-from sglpatch.pins import load_pins
-from sglpatch.series import load_series
+from conftest import REAL_PINS as PINS
+from conftest import apply_rendition, pristine_subtree
 from sglpatch.witnesses import BUG, CLEAN
 from sglpatch.witnesses import rocm_flags
 
-PINS = load_pins(REPO_ROOT / "upstream" / "pins.toml")
-PATCH = load_series(REPO_ROOT / "patches").get("0003-amd-glm5-mi355x-aiter-allreduce-fusion-fp8-kv-default")
+PATCH = "0003-amd-glm5-mi355x-aiter-allreduce-fusion-fp8-kv-default"
 
 pytestmark = pytest.mark.network
 
 
 def _pristine_tree(pin, dest: Path) -> Path:
-    pristine = sources.pristine_from_index(pin, sources.index_url(PINS.index_url))
-    archive = subprocess.run(
-        ["git", "archive", pristine.commit, "python/sglang"], cwd=pristine.repo, capture_output=True, check=True
-    ).stdout
-    with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
-        tar.extractall(dest, filter="data")
-    return dest
+    return pristine_subtree(pin.version, dest)
 
 
 def _patched(tree: Path, version: str) -> Path:
-    rendition = PATCH.for_version(version)
-    assert rendition is not None, f"patch 0003 has no rendition for {version}"
-    subprocess.run(["git", "apply", "--directory=", str(rendition.path)], cwd=tree, check=True)
-    return tree
+    return apply_rendition(tree, PATCH, version)
 
 
 @pytest.mark.parametrize("version", [pin.version for pin in PINS.pins])

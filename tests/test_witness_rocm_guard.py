@@ -3,39 +3,29 @@ is there (patched, or fixed upstream), at the strongest level this machine has."
 
 from __future__ import annotations
 
-import io
 import shutil
-import subprocess
-import tarfile
 from pathlib import Path
 
 import pytest
 from packaging.version import Version
 
-from conftest import REPO_ROOT, REQUIRE_WITNESSES
-from sglpatch import sources
-from sglpatch.pins import load_pins
+from conftest import REAL_PINS as PINS
+from conftest import REQUIRE_WITNESSES, apply_rendition, pristine_subtree
 from sglpatch.witnesses import BUG, CLEAN
 from sglpatch.witnesses import rocm_guard
 
-PINS = load_pins(REPO_ROOT / "upstream" / "pins.toml")
 GUARD_FIXED_UPSTREAM = Version("0.5.15")
-PATCH = REPO_ROOT / "patches" / "0001-amd-guard-cuda-runtime-include-fused-metadata-copy.patch"
+PATCH = "0001-amd-guard-cuda-runtime-include-fused-metadata-copy.patch"
 
 pytestmark = pytest.mark.network
 
 
 def _pristine_kernels(pin, dest: Path) -> Path:
-    pristine = sources.pristine_from_index(pin, sources.index_url(PINS.index_url))
-    archive = subprocess.run(["git", "archive", pristine.commit, "python/sglang"], cwd=pristine.repo, capture_output=True, check=True).stdout
-    with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
-        tar.extractall(dest, members=[m for m in tar.getmembers() if "jit" in m.name], filter="data")
-    return dest
+    return pristine_subtree(pin.version, dest, keep=lambda name: "jit" in name)
 
 
-def _guarded(tree: Path) -> Path:
-    subprocess.run(["git", "apply", "--directory=", str(PATCH)], cwd=tree, check=True)
-    return tree
+def _guarded(tree: Path, pin) -> Path:
+    return apply_rendition(tree, PATCH, pin.version)
 
 
 def _level_expected() -> str:
@@ -58,7 +48,7 @@ def test_rocm_guard_fails_exactly_where_the_guard_is_missing(version, tmp_path):
 @pytest.mark.parametrize("version", [p.version for p in PINS.pins if p.parsed_version < GUARD_FIXED_UPSTREAM])
 def test_rocm_guard_passes_once_the_patch_is_applied(version, tmp_path):
     pin = PINS.select([version])[0]
-    result = rocm_guard.RocmGuardWitness().run(_guarded(_pristine_kernels(pin, tmp_path)), pin)
+    result = rocm_guard.RocmGuardWitness().run(_guarded(_pristine_kernels(pin, tmp_path), pin), pin)
     assert result.state == CLEAN, result
     if result.level.startswith("hip-compile"):
         assert "gfx942" in result.level
@@ -71,7 +61,7 @@ def test_include_graph_level_tells_the_same_without_the_toolchain(guarded, tmp_p
     monkeypatch.setenv("SGLPATCH_HIP_TOOLCHAIN", str(tmp_path / "no-toolchain-here"))
     pin = PINS.select(["0.5.14"])[0]
     tree = _pristine_kernels(pin, tmp_path / "tree")
-    result = rocm_guard.RocmGuardWitness().run(_guarded(tree) if guarded else tree, pin)
+    result = rocm_guard.RocmGuardWitness().run(_guarded(tree, pin) if guarded else tree, pin)
     assert result.level == "include-graph"
     assert result.state == (CLEAN if guarded else BUG), result
 
@@ -79,6 +69,6 @@ def test_include_graph_level_tells_the_same_without_the_toolchain(guarded, tmp_p
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed on this machine")
 def test_cuda_side_still_compiles_with_nvcc_after_the_patch(tmp_path):
     pin = PINS.select(["0.5.14"])[0]
-    layout = rocm_guard.kernel_layout(_guarded(_pristine_kernels(pin, tmp_path)))
+    layout = rocm_guard.kernel_layout(_guarded(_pristine_kernels(pin, tmp_path), pin))
     result = rocm_guard.cuda_check(layout, rocm_guard.tvm_ffi_headers(rocm_guard.required_tvm_ffi(pin)))
     assert result.state == CLEAN, result
