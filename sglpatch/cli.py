@@ -295,7 +295,7 @@ def _fetch(project: Project, args: argparse.Namespace) -> int:
         if args.git_url:
             pristine = sources.pristine_from_git(pin, args.git_url)
         else:
-            pristine = sources.pristine_from_index(pin, sources.index_url(pins.index_url))
+            pristine = sources.pristine_from_index(pin)
         print(f"{pin.version}: {pristine.commit} ({pristine.source}) in {pristine.repo}")
     return 0
 
@@ -303,7 +303,7 @@ def _fetch(project: Project, args: argparse.Namespace) -> int:
 def _cpu_env(project: Project, args: argparse.Namespace) -> int:
     pins = project.pins()
     for pin in pins.select(args.pins):
-        python = pyenv.cpu_python(pin, sources.index_url(pins.index_url))
+        python = pyenv.cpu_python(pin)
         overlay = " ".join(f"{name}{spec}" for name, spec in python.overlay.items()) or "(the base alone)"
         print(f"{pin.version}: {python.python}  {overlay}")
     return 0

@@ -66,13 +66,14 @@ class PortReport:
         return all(outcome.verdict != CONFLICT for outcome in self.outcomes)
 
 
-def new_pin(index: str, version: str) -> Pin:
+def new_pin(version: str, index=None) -> Pin:
     """The pin for ``version``: its CPython 3.11 x86_64 wheel, else its sdist, from the index."""
     entries = sources.index_entries(index)
     candidates = [f"sglang-{version}-cp311-cp311-manylinux_2_34_x86_64.whl", f"sglang-{version}.tar.gz"]
     name = next((candidate for candidate in candidates if candidate in entries), None)
     if name is None:
-        raise SglpatchError(f"sglang {version}: neither {' nor '.join(candidates)} is on the index {index}")
+        where = sources.package_index.resolve(index).describe()
+        raise SglpatchError(f"sglang {version}: neither {' nor '.join(candidates)} is on the index {where}")
     entry = entries[name]
     sha256 = entry["sha256"] or ""
     if not re.fullmatch(r"[0-9a-f]{64}", sha256):
@@ -95,9 +96,8 @@ def forward_port(project, version: str, *, write: bool = True) -> PortReport:
     pins = project.pins()
     if version in [pin.version for pin in pins.pins]:
         raise SglpatchError(f"{pins.path}: {version} is already pinned")
-    index = sources.index_url(pins.index_url)
-    pin = new_pin(index, version)
-    pristine = sources.pristine_from_index(pin, index)
+    pin = new_pin(version)
+    pristine = sources.pristine_from_index(pin)
     series = project.series()
     report = PortReport(version=version, artifact=pin.artifact)
     candidates = {patch.name: _candidate(patch, pins.pins, version) for patch in series.patches}
@@ -125,7 +125,7 @@ def forward_port(project, version: str, *, write: bool = True) -> PortReport:
             elif outcome.status == NOT_APPLICABLE:
                 report.outcomes.append(PortOutcome(outcome.name, CONFLICT, "no rendition to try"))
             else:
-                merged = _three_way(tree, rendition, pristine.commit, source_pin, index)
+                merged = _three_way(tree, rendition, pristine.commit, source_pin)
                 if merged is None:
                     report.outcomes.append(PortOutcome(outcome.name, CONFLICT, outcome.detail))
                 else:
@@ -179,9 +179,9 @@ def _trial_series(series: Series, candidates: dict[str, tuple[Pin, PatchFile]], 
     return dataclasses.replace(series, patches=tuple(patches))
 
 
-def _three_way(tree: Path, rendition: PatchFile, base: str, source_pin: Pin, index: str) -> str | None:
+def _three_way(tree: Path, rendition: PatchFile, base: str, source_pin: Pin) -> str | None:
     """The rendition merged three-way onto ``base``, as format-patch text, or None on conflict."""
-    source = sources.pristine_from_index(source_pin, index)
+    source = sources.pristine_from_index(source_pin)
     run_git(["fetch", "--quiet", str(source.repo), source.commit], tree)
     with tempfile.TemporaryDirectory() as scratch:
         env = {"GIT_INDEX_FILE": str(Path(scratch) / "index")}

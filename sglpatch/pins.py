@@ -40,7 +40,6 @@ class Pin:
 @dataclass(frozen=True)
 class Pins:
     path: Path
-    index_url: str
     pins: tuple[Pin, ...]
 
     def select(self, names: list[str] | None) -> list[Pin]:
@@ -68,6 +67,11 @@ def load_pins(path: Path) -> Pins:
         raise SglpatchError(f"{path}: pins file not found") from None
     except tomllib.TOMLDecodeError as exc:
         raise SglpatchError(f"{path}: not valid TOML: {exc}") from None
+    if "index_url" in data:
+        raise SglpatchError(
+            f"{path}: index_url is not read here: the package index is pip's (pip.conf, PIP_INDEX_URL) "
+            "or SGLPATCH_INDEX_URL; remove the key"
+        )
     entries = data.get("pin", [])
     if not entries:
         raise SglpatchError(f"{path}: no [[pin]] entries")
@@ -77,7 +81,7 @@ def load_pins(path: Path) -> Pins:
     if duplicated:
         raise SglpatchError(f"{path}: pin {', '.join(duplicated)} listed more than once")
     pins.sort(key=lambda pin: pin.parsed_version)
-    return Pins(path=path, index_url=data.get("index_url", "https://pypi.org/simple"), pins=tuple(pins))
+    return Pins(path=path, pins=tuple(pins))
 
 
 def _parse_pin(path: Path, number: int, entry: dict) -> Pin:

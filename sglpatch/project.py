@@ -97,12 +97,11 @@ def apply_series(
     series = project.series()
     trees = (out_dir or project.build_dir) / "trees"
     trees.mkdir(parents=True, exist_ok=True)
-    index = sources.index_url(pins.index_url)
     results = []
     for pin in selected:
         try:
             pristine = (
-                sources.pristine_from_git(pin, git_url) if git_url else sources.pristine_from_index(pin, index)
+                sources.pristine_from_git(pin, git_url) if git_url else sources.pristine_from_index(pin)
             )
         except SglpatchError as exc:
             results.append(PinResult(version=pin.version, tree_path=str(trees / pin.version), error=str(exc)))

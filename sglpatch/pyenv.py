@@ -98,7 +98,7 @@ def cpu_python(pin: Pin, index: str | None = None) -> CpuPython:
 
 def pin_requirements(pin: Pin, index: str | None = None) -> list[Requirement]:
     """The pin's own runtime requirements, from its artifact's core metadata (wheel or sdist)."""
-    artifact = sources.fetch_artifact(pin, sources.index_url(index or "https://pypi.org/simple"))
+    artifact = sources.fetch_artifact(pin, index)
     requirements = []
     for line in sources.artifact_metadata(artifact).splitlines():
         if line.startswith("Requires-Dist:"):

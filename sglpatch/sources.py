@@ -17,7 +17,6 @@ import stat
 import tarfile
 import tempfile
 import urllib.parse
-import urllib.request
 import zipfile
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -27,11 +26,12 @@ from pathlib import Path, PurePosixPath
 import git
 
 from sglpatch import cache
+from sglpatch import index as package_index
+from sglpatch.index import IndexConfig
 from sglpatch.errors import SglpatchError
 from sglpatch.gitcmd import IDENTITY_EMAIL, IDENTITY_NAME, git_env, git_out, run_git
 from sglpatch.pins import Pin
 
-INDEX_ENV = "SGLPATCH_INDEX_URL"
 PRISTINE_REF = "refs/heads/pristine"
 COMPLETE_MARKER = "sglpatch-complete.json"
 
@@ -62,24 +62,23 @@ class Pristine:
 # -- download -----------------------------------------------------------------------------------
 
 
-def index_url(default: str) -> str:
-    return os.environ.get(INDEX_ENV) or default
+def fetch_artifact(pin: Pin, index: IndexConfig | str | None = None) -> Path:
+    """The pin's artifact in the cache, downloaded if absent, refused unless its sha256 matches.
 
-
-def fetch_artifact(pin: Pin, index: str) -> Path:
-    """The pin's artifact in the cache, downloaded if absent, refused unless its sha256 matches."""
+    ``index`` defaults to pip's configuration here (``sglpatch.index``)."""
     dest = cache.cache_root() / "artifacts" / pin.artifact
     with cache.entry_lock(dest):
         if dest.exists():
             if _sha256(dest) == pin.sha256:
                 return dest
             dest.unlink()  # a damaged or tampered cache entry: fetch it again
-        url = _artifact_url(index, pin.artifact)
+        config = package_index.resolve(index)
+        url = _artifact_url(config, pin.artifact)
         fd, tmp_name = tempfile.mkstemp(dir=dest.parent, prefix=".download-")
         tmp = Path(tmp_name)
         try:
             digest = hashlib.sha256()
-            with os.fdopen(fd, "wb") as out, _open_url(url) as response:
+            with os.fdopen(fd, "wb") as out, config.open(url) as response:
                 while chunk := response.read(1 << 20):
                     digest.update(chunk)
                     out.write(chunk)
@@ -90,6 +89,8 @@ def fetch_artifact(pin: Pin, index: str) -> Path:
                     "refusing it (upstream/pins.toml)"
                 )
             os.replace(tmp, dest)
+        except OSError as exc:
+            raise SglpatchError(f"{pin.artifact} from {url}: download failed: {exc}") from None
         finally:
             tmp.unlink(missing_ok=True)
     return dest
@@ -97,15 +98,23 @@ def fetch_artifact(pin: Pin, index: str) -> Path:
 
 def artifact_metadata(artifact: Path) -> str:
     """The core metadata (METADATA of a wheel, PKG-INFO of an sdist) of a downloaded artifact."""
-    if artifact.name.endswith(".whl"):
-        with zipfile.ZipFile(artifact) as archive:
-            name = next(n for n in archive.namelist() if n.endswith(".dist-info/METADATA"))
-            return archive.read(name).decode()
-    with tarfile.open(artifact) as archive:
-        member = next(m for m in archive.getmembers() if m.name.count("/") == 1 and m.name.endswith("/PKG-INFO"))
-        handle = archive.extractfile(member)
-        assert handle is not None
-        return handle.read().decode()
+    try:
+        if artifact.name.endswith(".whl"):
+            with zipfile.ZipFile(artifact) as archive:
+                name = next((n for n in archive.namelist() if n.endswith(".dist-info/METADATA")), None)
+                if name is None:
+                    raise SglpatchError(f"{artifact}: the wheel holds no .dist-info/METADATA")
+                return archive.read(name).decode()
+        with tarfile.open(artifact) as archive:
+            member = next(
+                (m for m in archive.getmembers() if m.name.count("/") == 1 and m.name.endswith("/PKG-INFO")), None
+            )
+            handle = archive.extractfile(member) if member is not None else None
+            if handle is None:
+                raise SglpatchError(f"{artifact}: the sdist holds no top-level PKG-INFO")
+            return handle.read().decode()
+    except (zipfile.BadZipFile, tarfile.TarError, EOFError, OSError, UnicodeDecodeError) as exc:
+        raise SglpatchError(f"{artifact}: cannot read its metadata: {exc}") from None
 
 
 def _sha256(path: Path) -> str:
@@ -116,64 +125,83 @@ def _sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-def _open_url(url: str):
-    request = urllib.request.Request(url, headers={"User-Agent": "sglpatch"})
-    try:
-        return urllib.request.urlopen(request, timeout=120)
-    except OSError as exc:
-        raise SglpatchError(f"cannot download {url}: {exc}") from None
-
-
-def _artifact_url(index: str, filename: str) -> str:
-    """Where ``filename`` lives on a PEP 503/691 index, or in a local folder given as file://."""
-    if index.startswith("file://") or "://" not in index:
-        # A local folder: the file is where its name says; listing it would hash every artifact.
-        folder = Path(urllib.parse.urlparse(index).path if "://" in index else index)
-        return (folder / filename).as_uri()
-    entries = index_entries(index)
+def _artifact_url(config: IndexConfig, filename: str) -> str:
+    """Where ``filename`` lives: the first index (or find-links folder) that lists it."""
+    for url in config.urls + config.find_links:
+        folder = package_index.local_folder(url)
+        if folder is not None and (folder / filename).is_file():
+            # A flat local folder: the file is where its name says; listing it would hash everything.
+            return (folder / filename).resolve().as_uri()
+    entries = index_entries(config)
     if filename not in entries:
-        raise SglpatchError(f"{filename}: not on the package index {index}")
+        raise SglpatchError(f"{filename}: not on the package index {config.describe()}")
     return entries[filename]["url"]
 
 
-def index_entries(index: str) -> dict[str, dict]:
-    """sglang's files on the index: file name -> {"url", "sha256" (when the index says), "released"}."""
-    if index.startswith("file://") or "://" not in index:
-        folder = Path(urllib.parse.urlparse(index).path if "://" in index else index)
+def index_entries(index: IndexConfig | str | None = None) -> dict[str, dict]:
+    """sglang's files on the index: file name -> {"url", "sha256" (when the index says), "released"}.
+
+    Every configured index is read; where two list the same file, the first one's entry wins."""
+    config = package_index.resolve(index)
+    entries: dict[str, dict] = {}
+    errors = []
+    for url in config.urls + config.find_links:
+        try:
+            for name, entry in _index_entries_at(config, url).items():
+                entries.setdefault(name, entry)
+        except SglpatchError as exc:
+            errors.append(str(exc))
+    if not entries and errors:
+        raise SglpatchError("; ".join(errors))
+    return entries
+
+
+def _index_entries_at(config: IndexConfig, url: str) -> dict[str, dict]:
+    folder = package_index.local_folder(url)
+    if folder is not None:
+        project = folder / "sglang" / "index.html"
+        if project.is_file():  # a PEP 503 index on disk
+            return _parse_simple_html(project.read_bytes(), project.as_uri())
+        if not folder.is_dir():
+            raise SglpatchError(f"{url}: no such folder")
         return {
             path.name: {"url": path.as_uri(), "sha256": _sha256(path), "released": ""}
             for path in sorted(folder.iterdir())
             if path.name.startswith("sglang-")
         }
-    project_url = index.rstrip("/") + "/sglang/"
-    request = urllib.request.Request(
-        project_url,
-        headers={
-            "User-Agent": "sglpatch",
-            "Accept": "application/vnd.pypi.simple.v1+json, text/html;q=0.1",
-        },
-    )
+    project_url = url.rstrip("/") + "/sglang/"
+    accept = "application/vnd.pypi.simple.v1+json, text/html;q=0.1"
     try:
-        with urllib.request.urlopen(request, timeout=60) as response:
+        with config.open(project_url, accept=accept, timeout=60) as response:
             body = response.read()
             content_type = response.headers.get("Content-Type", "")
+    except SglpatchError as exc:
+        raise SglpatchError(f"cannot read the package index at {project_url}: {exc}") from None
     except OSError as exc:
-        raise SglpatchError(f"cannot read the package index {project_url}: {exc}") from None
+        raise SglpatchError(f"cannot read the package index at {project_url}: {exc}") from None
     if "json" in content_type:
+        try:
+            files = json.loads(body)["files"]
+        except (ValueError, KeyError, TypeError) as exc:
+            raise SglpatchError(f"{project_url}: not a PEP 691 project page: {exc}") from None
         return {
             entry["filename"]: {
                 "url": urllib.parse.urljoin(project_url, entry["url"]),
                 "sha256": entry.get("hashes", {}).get("sha256", ""),
                 "released": entry.get("upload-time", ""),
             }
-            for entry in json.loads(body)["files"]
+            for entry in files
         }
+    return _parse_simple_html(body, project_url)
+
+
+def _parse_simple_html(body: bytes, page_url: str) -> dict[str, dict]:
     entries = {}
     for href in re.findall(rb'href="([^"]+)"', body):
         url, _, fragment = href.decode().partition("#")
         name = urllib.parse.unquote(url.rsplit("/", 1)[-1])
         sha = fragment.removeprefix("sha256=") if fragment.startswith("sha256=") else ""
-        entries[name] = {"url": urllib.parse.urljoin(project_url, url), "sha256": sha, "released": ""}
+        entries[name] = {"url": urllib.parse.urljoin(page_url, url), "sha256": sha, "released": ""}
     return entries
 
 
@@ -274,7 +302,7 @@ def _file_mode(unix_mode: int) -> str:
 # -- pristine commit ----------------------------------------------------------------------------
 
 
-def pristine_from_index(pin: Pin, index: str) -> Pristine:
+def pristine_from_index(pin: Pin, index: IndexConfig | str | None = None) -> Pristine:
     """The pin's pristine commit, built from its artifact once and cached."""
     path = cache.cache_root() / "pristine" / f"{pin.version}-{pin.sha256[:16]}.git"
     with cache.entry_lock(path):

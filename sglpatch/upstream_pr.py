@@ -50,7 +50,7 @@ def export(
     pins = project.pins()
     if base_repo is None:
         pin = pins.select([base])[0] if base else pins.newest
-        pristine = sources.pristine_from_index(pin, sources.index_url(pins.index_url))
+        pristine = sources.pristine_from_index(pin)
         repo = project.build_dir / "trees" / pin.version
         repo.parent.mkdir(parents=True, exist_ok=True)
         ensure_tree_repo(repo, pristine)

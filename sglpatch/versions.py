@@ -67,7 +67,7 @@ def range_diff(project, old: str, new: str, pin_name: str | None = None) -> str:
     """git range-diff of series ``old`` and ``new`` applied to one pin (default: the oldest)."""
     pins = project.pins()
     pin = pins.select([pin_name])[0] if pin_name else pins.pins[0]
-    pristine = sources.pristine_from_index(pin, sources.index_url(pins.index_url))
+    pristine = sources.pristine_from_index(pin)
     with tempfile.TemporaryDirectory() as scratch:
         work = Path(scratch)
         trees = {}

@@ -55,7 +55,7 @@ def pristine_subtree(version: str, dest: Path, path: str = "python/sglang", keep
     """The pinned release's files under ``path`` as released (from its pristine commit), in ``dest``;
     ``keep(name)`` narrows them further."""
     pin = REAL_PINS.select([version])[0]
-    pristine = sources.pristine_from_index(pin, sources.index_url(REAL_PINS.index_url))
+    pristine = sources.pristine_from_index(pin)
     archive = subprocess.run(["git", "archive", pristine.commit, path], cwd=pristine.repo, capture_output=True, check=True).stdout
     with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
         members = [m for m in tar.getmembers() if keep is None or keep(m.name)]
@@ -238,7 +238,7 @@ def cache_dir(tmp_path, monkeypatch) -> Path:
 
 
 @pytest.fixture
-def fake_project(tmp_path, cache_dir) -> FakeProject:
+def fake_project(tmp_path, cache_dir, monkeypatch) -> FakeProject:
     """A project with two small pins: 0.1.0 (sdist) and 0.2.0 (wheel), and an empty series."""
     root = tmp_path / "project"
     index = tmp_path / "index"
@@ -248,8 +248,10 @@ def fake_project(tmp_path, cache_dir) -> FakeProject:
     sdist = make_sdist(index, "0.1.0", BASE_FILES)
     wheel = make_wheel(index, "0.2.0", BASE_FILES)
     (root / "upstream" / "pins.toml").write_text(
-        f'index_url = "{index.as_uri()}"\n' + pin_entry("0.1.0", sdist) + pin_entry("0.2.0", wheel)
+        pin_entry("0.1.0", sdist) + pin_entry("0.2.0", wheel)
     )
+    # The fake project's artifacts come from its own index folder, as a user's mirror would.
+    monkeypatch.setenv("SGLPATCH_INDEX_URL", index.as_uri())
     (root / "patches" / "series").write_text("# empty\n")
     (root / "patches" / "CHANGELOG.md").write_text("# changelog\n\n## v1 — 2026-11-30\n\n- test\n")
     return FakeProject(root=root, index=index, versions=["0.1.0", "0.2.0"])

@@ -16,7 +16,7 @@ from sglpatch.pins import load_pins
 
 def _pristine(project, version):
     pins = project.project.pins()
-    return sources.pristine_from_index(pins.select([version])[0], pins.index_url)
+    return sources.pristine_from_index(pins.select([version])[0])
 
 
 def _tree_listing(repo: Path, commit: str) -> set[str]:
@@ -135,7 +135,7 @@ def _build_in_process(args):
     from sglpatch.project import Project
 
     pins = Project(Path(root)).pins()
-    return sources.pristine_from_index(pins.pins[0], pins.index_url).commit
+    return sources.pristine_from_index(pins.pins[0]).commit
 
 
 def test_concurrent_builders_share_one_cache_entry(fake_project, cache_dir):

@@ -113,7 +113,7 @@ def fp8_macro(arch: str) -> str:
 
 def required_tvm_ffi(pin: Pin) -> str:
     """The apache-tvm-ffi version the pin's metadata asks for (the newest pinned one in a range)."""
-    artifact = sources.fetch_artifact(pin, sources.index_url("https://pypi.org/simple"))
+    artifact = sources.fetch_artifact(pin)
     metadata = sources.artifact_metadata(artifact)
     match = re.search(r"^Requires-Dist: apache-tvm-ffi\s*\(?([^;\n)]*)", metadata, re.MULTILINE)
     if not match:
