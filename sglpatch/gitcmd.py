@@ -14,6 +14,9 @@ from sglpatch.errors import SglpatchError
 
 IDENTITY_NAME = "sglpatch"
 IDENTITY_EMAIL = "sglpatch@localhost"
+# Long enough for the biggest real operation (importing or cloning a 5,800-file release takes
+# seconds); a git that runs past it is hung (a lock, a credential prompt, a dead remote).
+GIT_TIMEOUT_S = 900
 
 
 def git_env(extra: dict[str, str] | None = None) -> dict[str, str]:
@@ -42,14 +45,21 @@ def run_git(
     env: dict[str, str] | None = None,
     input: bytes | None = None,
     check: bool = True,
+    timeout: float = GIT_TIMEOUT_S,
 ) -> subprocess.CompletedProcess[bytes]:
-    result = subprocess.run(
-        ["git", *args],
-        cwd=cwd,
-        env=git_env(env),
-        input=input,
-        capture_output=True,
-    )
+    try:
+        result = subprocess.run(
+            ["git", *args],
+            cwd=cwd,
+            env=git_env(env),
+            input=input,
+            capture_output=True,
+            timeout=timeout,
+        )
+    except subprocess.TimeoutExpired:
+        raise SglpatchError(f"git {' '.join(args[:3])} in {cwd} did not finish within {timeout:.0f} s") from None
+    except OSError as exc:
+        raise SglpatchError(f"cannot run git in {cwd}: {exc}") from None
     if check and result.returncode != 0:
         raise SglpatchError(
             f"git {' '.join(args[:3])} failed in {cwd}: {result.stderr.decode(errors='replace').strip()}"
