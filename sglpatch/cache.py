@@ -1,19 +1,33 @@
 """The download and build cache, kept outside the repository and shared by concurrent runs.
 
-Every entry is written under a temporary name and renamed into place only when complete, and every
-writer holds a file lock for its entry, so pytest-xdist workers and parallel nox sessions can share
-one cache; a reader that finds a half-written or damaged entry rebuilds it.
+Every entry is written under a unique temporary name and renamed into place only when complete,
+and every writer holds a file lock for its entry, so pytest-xdist workers and parallel nox
+sessions can share one cache; a reader that finds a half-written or damaged entry rebuilds it.
+A run that waits for another's lock says who holds it, and gives up after a stated time.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
+import socket
+import sys
+import tempfile
+import time
+from contextlib import contextmanager
 from pathlib import Path
 
-from filelock import FileLock
+from filelock import FileLock, Timeout
+
+from sglpatch.errors import SglpatchError
 
 CACHE_ENV = "SGLPATCH_CACHE_DIR"
+LOCK_TIMEOUT_ENV = "SGLPATCH_LOCK_TIMEOUT"
+# Long enough for the slowest thing done under a lock (building the CPU Python on a cold machine);
+# a holder still there after it is stuck.
+LOCK_TIMEOUT_S = 3600
+_FIRST_WAIT_S = 1.0  # wait this long quietly, then say who holds the lock
 
 
 def cache_root() -> Path:
@@ -28,10 +42,77 @@ def cache_root() -> Path:
     return root
 
 
-def entry_lock(path: Path) -> FileLock:
-    """The lock that guards building ``path``; it sits beside it, never inside it."""
+def lock_timeout() -> float:
+    value = os.environ.get(LOCK_TIMEOUT_ENV)
+    if not value:
+        return LOCK_TIMEOUT_S
+    try:
+        return float(value)
+    except ValueError:
+        raise SglpatchError(f"{LOCK_TIMEOUT_ENV}={value!r} is not a number of seconds") from None
+
+
+@contextmanager
+def entry_lock(path: Path, timeout: float | None = None, on_wait=None):
+    """Hold the lock that guards building ``path`` (it sits beside it, never inside it).
+
+    When another process holds it, ``on_wait`` (default: a line on stderr) is told who, and after
+    ``timeout`` seconds (``$SGLPATCH_LOCK_TIMEOUT``, default an hour) the wait ends in an error
+    naming the holder. The kernel releases the lock of a process that dies, so no lock is stale."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    return FileLock(str(path) + ".lock")
+    lock_path = Path(str(path) + ".lock")
+    owner_path = Path(str(path) + ".lock.owner")
+    lock = FileLock(str(lock_path))
+    limit = lock_timeout() if timeout is None else timeout
+    started = time.monotonic()
+    try:
+        lock.acquire(timeout=min(_FIRST_WAIT_S, limit))
+    except Timeout:
+        holder = _holder(owner_path)
+        (on_wait or _say_waiting)(f"waiting for {path.name} ({path.parent}): held by {holder}; giving up after {limit:.0f} s")
+        try:
+            lock.acquire(timeout=max(0.0, limit - (time.monotonic() - started)))
+        except Timeout:
+            raise SglpatchError(
+                f"{lock_path}: still held by {_holder(owner_path)} after {limit:.0f} s; "
+                f"stop that run or raise {LOCK_TIMEOUT_ENV}"
+            ) from None
+    try:
+        write_atomically(
+            owner_path,
+            json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "command": " ".join(sys.argv)[:200],
+                        "since": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}),
+        )
+        yield
+    finally:
+        owner_path.unlink(missing_ok=True)
+        lock.release()
+
+
+def _holder(owner_path: Path) -> str:
+    try:
+        owner = json.loads(owner_path.read_text())
+        return f"pid {owner['pid']} on {owner['host']} ({owner['command']}) since {owner['since']}"
+    except (OSError, ValueError, KeyError, TypeError):
+        return "another process (it has not said which)"
+
+
+def _say_waiting(message: str) -> None:
+    print(f"sglpatch: {message}", file=sys.stderr, flush=True)
+
+
+def write_atomically(path: Path, text: str | bytes) -> None:
+    """Write under a unique temporary name beside ``path`` and rename: readers and parallel
+    writers never see half a file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(text.encode() if isinstance(text, str) else text)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
 
 
 def remove(path: Path) -> None:

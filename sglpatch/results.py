@@ -12,6 +12,8 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from sglpatch.cache import write_atomically
+
 PASSED = "passed"
 FAILED = "failed"
 SKIPPED = "skipped"  # could not run here; the reason says why (never a pass)
@@ -88,18 +90,6 @@ def write_record(record: CellRecord, folder: Path) -> Path:
     path = folder / f"{record.cell_id}.json"
     write_atomically(path, record.to_json() + "\n")
     return path
-
-
-def write_atomically(path: Path, text: str) -> None:
-    """Write under a unique temporary name and rename: parallel writers never see half a file."""
-    import os
-    import tempfile
-
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    with os.fdopen(fd, "w") as handle:
-        handle.write(text)
-    os.replace(tmp, path)
 
 
 def failing(record: CellRecord, *, strict: bool = False) -> bool:

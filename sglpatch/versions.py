@@ -13,7 +13,7 @@ import re
 import tempfile
 from pathlib import Path
 
-from sglpatch import sources
+from sglpatch import cache, sources
 from sglpatch.apply import apply_pin
 from sglpatch.errors import SglpatchError
 from sglpatch.gitcmd import git_out, run_git
@@ -35,7 +35,7 @@ def bump(patches_dir: Path, message: str, today: datetime.date | None = None) ->
     date = (today or datetime.date.today()).isoformat()
     bullets = "".join(f"- {line}\n" for line in message.strip().splitlines())
     entry = f"## v{current + 1} — {date}\n\n{bullets}\n"
-    path.write_text(text[: heading.start()] + entry + text[heading.start() :])
+    cache.write_atomically(path, text[: heading.start()] + entry + text[heading.start() :])
     return str(current + 1)
 
 
