@@ -7,8 +7,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from filelock import FileLock
-
+from sglpatch.cache import entry_lock, write_atomically
 from sglpatch.errors import SglpatchError
 
 LOCK_FILE = "series.lock"
@@ -26,16 +25,19 @@ def read_lock(path: Path) -> dict:
         return {"format": LOCK_FORMAT, "pins": {}}
     try:
         data = json.loads(path.read_text())
-    except ValueError as exc:
+    except (ValueError, UnicodeDecodeError) as exc:
         raise SglpatchError(f"{path}: not valid JSON: {exc}") from None
-    if data.get("format") != LOCK_FORMAT or not isinstance(data.get("pins"), dict):
-        raise SglpatchError(f"{path}: not a format-{LOCK_FORMAT} sglpatch lock file")
+    if not isinstance(data, dict) or data.get("format") != LOCK_FORMAT or not isinstance(data.get("pins"), dict):
+        raise SglpatchError(f"{path}: not a format-{LOCK_FORMAT} sglpatch lock file (an object with format and pins)")
+    bad = [key for key, entry in data["pins"].items() if not isinstance(entry, dict)]
+    if bad:
+        raise SglpatchError(f"{path}: the entry for {bad[0]} is not an object")
     return data
 
 
 def check_entry(path: Path, key: str, entry: dict, update: bool) -> LockCheck:
     """Compare ``entry`` with the lock; record it when new or when ``update`` accepts a change."""
-    with FileLock(str(path) + ".lock"):
+    with entry_lock(path):
         data = read_lock(path)
         old = data["pins"].get(key)
         if old == entry:
@@ -44,9 +46,7 @@ def check_entry(path: Path, key: str, entry: dict, update: bool) -> LockCheck:
             return LockCheck("mismatch", describe_difference(old, entry))
         data["pins"][key] = entry
         data["pins"] = dict(sorted(data["pins"].items()))
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text(json.dumps(data, indent=2, sort_keys=False) + "\n")
-        tmp.replace(path)
+        write_atomically(path, json.dumps(data, indent=2, sort_keys=False) + "\n")
         return LockCheck("recorded" if old is None else "updated")
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 import tomllib
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 
 from packaging.version import InvalidVersion, Version
@@ -13,6 +14,7 @@ from sglpatch.errors import SglpatchError
 
 SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
 COMMIT_RE = re.compile(r"^[0-9a-f]{40}$")
+RELEASED_RE = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}Z$")
 REQUIRED_FIELDS = ("version", "tag", "artifact", "sha256", "released", "rocm_image")
 
 
@@ -61,10 +63,15 @@ class Pins:
 
 
 def load_pins(path: Path) -> Pins:
+    """The pins file, every entry checked; a malformed one is refused naming the file and line."""
     try:
-        data = tomllib.loads(path.read_text())
+        text = path.read_text()
     except FileNotFoundError:
         raise SglpatchError(f"{path}: pins file not found") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise SglpatchError(f"{path}: cannot read it: {exc}") from None
+    try:
+        data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise SglpatchError(f"{path}: not valid TOML: {exc}") from None
     if "index_url" in data:
@@ -73,9 +80,15 @@ def load_pins(path: Path) -> Pins:
             "or SGLPATCH_INDEX_URL; remove the key"
         )
     entries = data.get("pin", [])
+    if not isinstance(entries, list) or not all(isinstance(entry, dict) for entry in entries):
+        raise SglpatchError(f"{path}: 'pin' must be an array of tables, written [[pin]] (one per release)")
     if not entries:
         raise SglpatchError(f"{path}: no [[pin]] entries")
-    pins = [_parse_pin(path, number, entry) for number, entry in enumerate(entries, 1)]
+    lines = [number for number, line in enumerate(text.splitlines(), 1) if line.strip().startswith("[[pin]]")]
+    pins = [
+        _parse_pin(path, number, lines[number - 1] if number <= len(lines) else 0, entry)
+        for number, entry in enumerate(entries, 1)
+    ]
     versions = [pin.version for pin in pins]
     duplicated = sorted({v for v in versions if versions.count(v) > 1})
     if duplicated:
@@ -84,8 +97,16 @@ def load_pins(path: Path) -> Pins:
     return Pins(path=path, pins=tuple(pins))
 
 
-def _parse_pin(path: Path, number: int, entry: dict) -> Pin:
-    where = f"{path}: pin #{number}"
+STRING_FIELDS = (*REQUIRED_FIELDS, "commit", "commit_evidence")
+
+
+def _parse_pin(path: Path, number: int, line: int, entry: dict) -> Pin:
+    where = f"{path}:{line}: pin #{number}" if line else f"{path}: pin #{number}"
+    wrong = [name for name in STRING_FIELDS if name in entry and not isinstance(entry[name], str)]
+    if wrong:
+        raise SglpatchError(f"{where}: {', '.join(wrong)} must be a string (in double quotes)")
+    if "commit_verified" in entry and not isinstance(entry["commit_verified"], bool):
+        raise SglpatchError(f"{where}: commit_verified must be true or false")
     missing = [name for name in REQUIRED_FIELDS if not entry.get(name)]
     if missing:
         raise SglpatchError(f"{where}: missing {', '.join(missing)}")
@@ -93,18 +114,25 @@ def _parse_pin(path: Path, number: int, entry: dict) -> Pin:
         Version(entry["version"])
     except InvalidVersion:
         raise SglpatchError(f"{where}: version {entry['version']!r} is not a PEP 440 version") from None
+    where = f"{where} ({entry['version']})"
     if not SHA256_RE.match(entry["sha256"]):
-        raise SglpatchError(f"{where} ({entry['version']}): sha256 must be 64 lowercase hex digits")
+        raise SglpatchError(f"{where}: sha256 must be 64 lowercase hex digits")
+    if not RELEASED_RE.match(entry["released"]):
+        raise SglpatchError(f"{where}: released {entry['released']!r} must be a UTC time like 2026-04-05T23:57:27Z")
+    try:
+        datetime.fromisoformat(entry["released"].replace("Z", "+00:00"))
+    except ValueError as exc:
+        raise SglpatchError(f"{where}: released {entry['released']!r} is not a real time: {exc}") from None
     commit = entry.get("commit", "")
-    verified = bool(entry.get("commit_verified", False))
+    verified = entry.get("commit_verified", False)
     if commit and not COMMIT_RE.match(commit):
-        raise SglpatchError(f"{where} ({entry['version']}): commit must be a full 40-digit SHA or empty")
+        raise SglpatchError(f"{where}: commit must be a full 40-digit SHA or empty")
     if verified and not commit:
-        raise SglpatchError(f"{where} ({entry['version']}): commit_verified without a commit")
+        raise SglpatchError(f"{where}: commit_verified without a commit")
     if entry["version"] not in entry["artifact"]:
-        raise SglpatchError(
-            f"{where} ({entry['version']}): artifact {entry['artifact']!r} is not of this version"
-        )
+        raise SglpatchError(f"{where}: artifact {entry['artifact']!r} is not of this version")
+    if "/" in entry["artifact"] or "\\" in entry["artifact"] or entry["artifact"].startswith("."):
+        raise SglpatchError(f"{where}: artifact {entry['artifact']!r} must be a plain file name")
     return Pin(
         version=entry["version"],
         tag=entry["tag"],

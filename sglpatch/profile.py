@@ -7,6 +7,7 @@ and the model. The test matrix reads it; ``sglpatch profile NAME`` prints it for
 from __future__ import annotations
 
 import os
+import re
 import shlex
 import tomllib
 from dataclasses import dataclass
@@ -15,6 +16,7 @@ from pathlib import Path
 from sglpatch.errors import SglpatchError
 
 PROFILES_DIR = Path(__file__).parent / "profiles"
+NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 MODEL_ENV = "SGLPATCH_MODEL"
 
 
@@ -63,6 +65,8 @@ def profile_names() -> list[str]:
 
 
 def load_profile(name: str) -> Profile:
+    if not NAME_RE.match(name or ""):
+        raise SglpatchError(f"launch profile name {name!r} is not a profile name (letters, digits, '.', '-', '_')")
     path = PROFILES_DIR / f"{name}.toml"
     if not path.is_file():
         raise SglpatchError(f"no launch profile {name!r} in {PROFILES_DIR}; known: {', '.join(profile_names())}")
@@ -73,6 +77,19 @@ def load_profile(name: str) -> Profile:
     missing = [key for key in ("name", "version", "model", "architecture", "server") if key not in data]
     if missing:
         raise SglpatchError(f"{path}: missing {', '.join(missing)}")
+    if data["name"] != name:
+        raise SglpatchError(f"{path}: name {data['name']!r} must be the file's name, {name!r}")
+    if isinstance(data["version"], bool) or not isinstance(data["version"], int) or data["version"] < 1:
+        raise SglpatchError(f"{path}: version must be a whole number from 1 (got {data['version']!r})")
+    for key in ("model", "architecture", "description"):
+        if not isinstance(data.get(key, ""), str):
+            raise SglpatchError(f"{path}: {key} must be a string")
+    for table in ("env", "server"):
+        if not isinstance(data.get(table, {}), dict):
+            raise SglpatchError(f"{path}: [{table}] must be a table")
+    bad = [flag for flag, value in data["server"].items() if not isinstance(value, (str, int, float, bool))]
+    if bad:
+        raise SglpatchError(f"{path}: server flag {bad[0]} must be a string, number or true/false")
     return Profile(
         name=data["name"],
         version=int(data["version"]),

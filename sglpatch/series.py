@@ -23,7 +23,7 @@ import email.policy
 import hashlib
 import re
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import Version
@@ -151,6 +151,12 @@ def series_entries(directory: Path) -> list[tuple[int, str]]:
         name, *options = text.split()
         if options not in ([], ["-p1"]):
             raise SglpatchError(f"{path}:{number}: only -p1 patches are supported, got {' '.join(options)}")
+        parts = PurePosixPath(name).parts
+        if name.startswith(("/", "~")) or "\\" in name or ".." in parts or RENDITIONS_DIR == parts[0]:
+            raise SglpatchError(
+                f"{path}:{number}: {name!r} must name a patch file inside {directory} (no absolute path, "
+                f"no '..', not under {RENDITIONS_DIR}/)"
+            )
         entries.append((number, name))
     return entries
 

@@ -46,13 +46,49 @@ rocm_image = "img"
         (GOOD.format(sha="a" * 64).replace('"sglang-0.1.0.tar.gz"', '"sglang-0.2.0.tar.gz"'), "is not of this version"),
         (GOOD.format(sha="a" * 64) + 'commit = "1234"\n', "commit must be a full 40-digit SHA"),
         ("[[pin]\n", "not valid TOML"),
+        (GOOD.format(sha="a" * 64).replace("[[pin]]", "[pin]"), r"array of tables, written \[\[pin\]\]"),
+        (GOOD.format(sha="a" * 64).replace('sha256 = "' + "a" * 64 + '"', "sha256 = 12345"), "sha256 must be a string"),
+        (GOOD.format(sha="a" * 64).replace("2026-01-01T00:00:00Z", "2026-13-01T00:00:00Z"), "released .* is not a real time"),
+        (GOOD.format(sha="a" * 64).replace("2026-01-01T00:00:00Z", "last tuesday"), "released .* must be a UTC time"),
+        (GOOD.format(sha="a" * 64) + 'commit_verified = "yes"\n', "commit_verified must be true or false"),
+        (GOOD.format(sha="a" * 64).replace('"sglang-0.1.0.tar.gz"', '"../sglang-0.1.0.tar.gz"'), "must be a plain file name"),
+        ('index_url = "file:///somewhere"\n' + GOOD.format(sha="a" * 64), "index_url is not read here"),
     ],
 )
 def test_malformed_pins_file_is_refused_naming_the_file(tmp_path, body, message):
     path = _pins_file(tmp_path, body)
     with pytest.raises(SglpatchError, match=message) as error:
         load_pins(path)
-    assert str(path) in str(error.value)
+    assert str(path) in str(error.value) and "\n" not in str(error.value)
+
+
+def test_a_field_error_names_the_line_of_its_pin(tmp_path):
+    body = GOOD.format(sha="a" * 64).replace('"0.1.0"', '"0.2.0"').replace("v0.1.0", "v0.2.0")
+    body = body.replace("sglang-0.1.0", "sglang-0.2.0") + GOOD.format(sha="bad")
+    path = _pins_file(tmp_path, body)
+    second = body.splitlines().index("[[pin]]", 2) + 1
+    with pytest.raises(SglpatchError, match=rf"{path}:{second}: pin #2 \(0.1.0\): sha256"):
+        load_pins(path)
+
+
+def test_the_cli_refuses_a_bad_pins_file_in_one_line_and_changes_nothing(tmp_path):
+    import shutil
+    import subprocess
+    import sys
+
+    root = tmp_path / "project"
+    shutil.copytree(REPO_ROOT / "patches", root / "patches")
+    (root / "upstream").mkdir()
+    pins = root / "upstream" / "pins.toml"
+    pins.write_text(GOOD.format(sha="a" * 64).replace("[[pin]]", "[pin]"))
+    before = sorted(p.relative_to(root) for p in root.rglob("*"))
+    for command in (["pins"], ["apply"], ["check"]):
+        run = subprocess.run([sys.executable, "-m", "sglpatch", "--root", str(root), *command],
+                             capture_output=True, text=True, cwd=tmp_path)
+        assert run.returncode == 2, (command, run.stdout, run.stderr)
+        assert run.stderr.strip().count("\n") == 0 and str(pins) in run.stderr, run.stderr
+        assert "Traceback" not in run.stderr
+    assert sorted(p.relative_to(root) for p in root.rglob("*")) == before
 
 
 def test_unknown_pin_is_refused_with_the_pinned_list(tmp_path):
