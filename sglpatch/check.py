@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
@@ -57,7 +58,7 @@ def check_series(patches_dir: Path, pins: Pins) -> list[Problem]:
             except SglpatchError as exc:
                 problems.append(Problem(path, 1, str(exc)))
                 continue
-            problems.extend(_metadata_problems(patch))
+            problems.extend(_metadata_problems(patch, patches_dir.parent))
             problems.extend(diffs.diff_problems(patch))
             parsed.append(patch)
         problems.extend(_coverage_problems(name, parsed, pins))
@@ -67,7 +68,7 @@ def check_series(patches_dir: Path, pins: Pins) -> list[Problem]:
     return problems
 
 
-def _metadata_problems(patch: PatchFile) -> list[Problem]:
+def _metadata_problems(patch: PatchFile, project_root: Path | None = None) -> list[Problem]:
     problems = []
     present = {name.lower() for name, _ in patch.trailers}
     for required in REQUIRED_TRAILERS:
@@ -100,6 +101,31 @@ def _metadata_problems(patch: PatchFile) -> list[Problem]:
         value = patch.trailer(key)
         if value is not None and not value:
             problems.append(Problem(patch.path, patch.trailer_lines.get(key.lower(), 1), f"{key} is empty"))
+    problems.extend(_origin_problems(patch, project_root))
+    return problems
+
+
+_PATH_LIKE = re.compile(r"(?<![\w/.:-])((?:\.{0,2}/)?[\w.-]+(?:/[\w.-]+)+\.\w+)")
+
+
+def _origin_problems(patch: PatchFile, project_root: Path | None) -> list[Problem]:
+    """The Origin must make sense to a reader with only this repository (a user's clone, a
+    reviewer): every file it cites must be in the repository."""
+    origin = patch.trailer("Origin") or ""
+    if project_root is None:
+        return []
+    problems = []
+    for cited in _PATH_LIKE.findall(origin):
+        if "://" in origin and cited in origin.split("://", 1)[1].split()[0]:
+            continue  # part of a URL
+        if not (project_root / cited).exists():
+            problems.append(
+                Problem(
+                    patch.path,
+                    patch.trailer_lines.get("origin", 1),
+                    f"Origin cites {cited}, which is not in this repository: say in words where the patch comes from",
+                )
+            )
     return problems
 
 

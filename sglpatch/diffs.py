@@ -4,7 +4,7 @@ files at safe paths. ``apply`` refuses a patch with any finding; ``sglpatch chec
 
 from __future__ import annotations
 
-from pathlib import PurePosixPath
+import re
 
 import unidiff
 
@@ -16,40 +16,96 @@ def parse_diff(patch: PatchFile) -> unidiff.PatchSet:
 
 
 def diff_problems(patch: PatchFile) -> list[Problem]:
-    problems = _hunk_problems(patch)
-    if problems:
-        return problems
+    problems = _line_problems(patch)
+    hunks = _hunk_problems(patch)
+    if hunks:
+        return problems + hunks
     try:
         patch_set = parse_diff(patch)
     except unidiff.UnidiffParseError as exc:
-        return [Problem(patch.path, patch.diff_line, f"diff does not parse: {exc}")]
-    lines = patch.diff_text.splitlines()
-    for index, line in enumerate(lines):
-        where = patch.diff_line + index
-        if line.startswith(("new file mode 120000", "new mode 120000", "deleted file mode 120000")):
-            problems.append(Problem(patch.path, where, "the patch creates or changes a symbolic link; refused"))
-        if line.startswith("GIT binary patch") or (line.startswith("Binary files ") and line.endswith(" differ")):
-            problems.append(Problem(patch.path, where, "binary patch; only text patches are accepted"))
-    for patched in patch_set:
-        header = _file_header_line(patch, patched.path)
-        for raw in (patched.source_file, patched.target_file):
+        return problems + [Problem(patch.path, patch.diff_line, f"diff does not parse: {exc}")]
+    seen: dict[str, int] = {}
+    headers = [patch.diff_line + i for i, line in enumerate(patch.diff_text.splitlines()) if line.startswith("diff --git ")]
+    for number, patched in enumerate(patch_set):
+        header = headers[number] if len(headers) == len(patch_set) else _file_header_line(patch, patched.path)
+        for raw in dict.fromkeys((patched.source_file, patched.target_file)):
             reason = unsafe_path_reason(raw)
             if reason:
                 problems.append(Problem(patch.path, header, f"path {raw!r}: {reason}"))
+        for path in dict.fromkeys(_strip(p) for p in (patched.source_file, patched.target_file) if p != "/dev/null"):
+            if path in seen:
+                problems.append(Problem(patch.path, header, f"{path} is changed twice in one patch (also at line {seen[path]})"))
+            seen.setdefault(path, header)
         if not patched.is_binary_file and len(patched) == 0 and not _is_header_only_change(patch, patched):
             problems.append(Problem(patch.path, header, f"{patched.path}: no hunks (truncated patch?)"))
+        problems += _overlapping_hunks(patch, patched, header)
+    return problems
+
+
+# Modes git can write that are not a plain file: a symbolic link, a submodule (gitlink).
+_SPECIAL_MODES = {"120000": "a symbolic link", "160000": "a submodule (gitlink)"}
+_MODE_LINE = re.compile(r"^(new file mode|deleted file mode|old mode|new mode) (\d{6})$")
+_INDEX_LINE = re.compile(r"^index [0-9a-f]+\.\.[0-9a-f]+ (\d{6})$")
+_NEXT_MESSAGE = re.compile(r"^From [0-9a-f]{40} ")
+_NOT_TEXT = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
+
+
+def _line_problems(patch: PatchFile) -> list[Problem]:
+    """What the diff's own lines show: special modes, binary or non-text content, a second patch."""
+    problems = []
+    for index, line in enumerate(patch.diff_text.splitlines()):
+        where = patch.diff_line + index
+        mode = _MODE_LINE.match(line) or _INDEX_LINE.match(line)
+        if mode and mode.groups()[-1] in _SPECIAL_MODES:
+            kind = _SPECIAL_MODES[mode.groups()[-1]]
+            problems.append(Problem(patch.path, where, f"the patch creates or changes {kind}; refused"))
+        if line.startswith("GIT binary patch") or (line.startswith("Binary files ") and line.endswith(" differ")):
+            problems.append(Problem(patch.path, where, "binary patch; only text patches are accepted"))
+        if _NEXT_MESSAGE.match(line):
+            problems.append(
+                Problem(patch.path, where, "a second patch starts here; keep one patch per file (git format-patch does)")
+            )
+        if _NOT_TEXT.search(line):
+            problems.append(Problem(patch.path, where, "control characters in the diff: content that is not text"))
+    return problems
+
+
+def _overlapping_hunks(patch: PatchFile, patched: unidiff.PatchedFile, header: int) -> list[Problem]:
+    """Hunks of one file must come in order and not overlap (a repeated hunk overlaps itself)."""
+    problems = []
+    end = 0
+    for number, hunk in enumerate(patched, 1):
+        start = hunk.source_start
+        if number > 1 and start < end:
+            problems.append(
+                Problem(patch.path, header, f"hunk {number} of {patched.path} (line {start}) overlaps or precedes hunk {number - 1}")
+            )
+        end = max(end, start + hunk.source_length)
     return problems
 
 
 def unsafe_path_reason(raw: str) -> str | None:
+    """Why git itself (``verify_path`` with its NTFS and HFS protections) or we refuse the path."""
     if raw == "/dev/null":
         return None
     path = raw[2:] if raw.startswith(("a/", "b/")) else raw
-    posix = PurePosixPath(path)
-    if posix.is_absolute():
+    if path.startswith("/"):
         return "absolute paths are refused"
-    if ".." in posix.parts:
-        return "paths with '..' are refused"
+    if not path or path.endswith("/") or "//" in path:
+        return "empty path components are refused"
+    if "\\" in path or _NOT_TEXT.search(path) or "\t" in path or "\n" in path:
+        return "backslashes and control characters are refused in paths"
+    for part in path.split("/"):
+        if part == "..":
+            return "paths with '..' are refused"
+        if part == ".":
+            return "paths with '.' components are refused"
+        # git refuses .git in any case, and the names NTFS and HFS+ read as .git.
+        bare = part.rstrip(". ").lower().replace("\u200c", "").replace("\u200d", "")
+        if bare in (".git", "git~1"):
+            return "paths into .git are refused (git would too)"
+        if ":" in part:
+            return "':' is refused in paths (NTFS streams; git refuses it there)"
     return None
 
 

@@ -188,3 +188,103 @@ def test_cli_check_exits_non_zero_and_prints_each_problem(fake_project, tmp_path
     )
     assert run.returncode == 1
     assert "Upstream-Status 'Done' is not one of" in run.stdout and "1 problem(s)" in run.stdout
+
+
+def _two_file_patch(tmp_path, second=EXAMPLE):
+    files = {**tree_files("0.1.0"), "python/sglang/other.py": "a\nb\nc\n"}
+    edits = {EXAMPLE: files[EXAMPLE].replace("line 20\n", "line 20 patched\n"), "python/sglang/other.py": "a\nB\nc\n"}
+    return format_patch(tmp_path, files, edits, "two files")
+
+
+def _refused_by_check_and_by_apply_even_with_update_lock(fake_project, text, expected):
+    path = _write_one(fake_project, text)
+    problems = _problems(fake_project)
+    assert any(p.startswith(f"{path}:") and expected in p for p in problems), problems
+    report = apply_series(fake_project.project, update_lock=True, run_witnesses=False)
+    assert not report.ok and all(expected in r.error for r in report.results), report.to_json()
+    assert not (fake_project.root / "build" / "trees" / "0.1.0" / "python").exists()
+    assert not (fake_project.root / "series.lock").exists()
+
+
+@pytest.mark.parametrize(
+    "new_path, expected",
+    [
+        (".git/hooks/post-checkout", "paths into .git are refused"),
+        ("python/.GIT/config", "paths into .git are refused"),
+        ("python/.git./config", "paths into .git are refused"),
+        ("python/git~1/config", "paths into .git are refused"),
+        ("python//sglang/x.py", "empty path components are refused"),
+        ("python/./sglang/x.py", "paths with '.' components are refused"),
+        ("python\\\\sglang\\\\x.py", "backslashes and control characters are refused"),
+        ("python/sglang/x.py:stream", "':' is refused in paths"),
+    ],
+)
+def test_paths_git_itself_would_reject_are_refused(fake_project, tmp_path, new_path, expected):
+    text = _patch(tmp_path).replace(f"b/{EXAMPLE}", f"b/{new_path}").replace(f"a/{EXAMPLE}", f"a/{new_path}")
+    _refused_by_check_and_by_apply_even_with_update_lock(fake_project, text, expected)
+
+
+def test_a_submodule_in_a_patch_is_refused(fake_project, tmp_path):
+    text = _patch(tmp_path)
+    head, rest = text.split("diff --git", 1)
+    gitlink = (
+        "diff --git a/python/vendor b/python/vendor\nnew file mode 160000\nindex 0000000..1234567\n"
+        "--- /dev/null\n+++ b/python/vendor\n@@ -0,0 +1 @@\n+Subproject commit 1234567890123456789012345678901234567890\n"
+    )
+    _refused_by_check_and_by_apply_even_with_update_lock(fake_project, head + gitlink + "diff --git" + rest, "a submodule")
+
+
+def test_content_that_is_not_text_is_refused(fake_project, tmp_path):
+    text = _patch(tmp_path).replace("+line 20 patched", "+line 20 \x00patched")
+    _refused_by_check_and_by_apply_even_with_update_lock(fake_project, text, "content that is not text")
+
+
+def test_the_same_file_twice_in_one_patch_is_refused(fake_project, tmp_path):
+    text = _patch(tmp_path)
+    diff = text[text.index("diff --git") : text.index("\n-- \n")]
+    doubled = text.replace(diff, diff + "\n" + diff.replace("line 20 patched", "line 20 again"))
+    _refused_by_check_and_by_apply_even_with_update_lock(fake_project, doubled, "is changed twice in one patch")
+
+
+def test_a_repeated_hunk_is_refused(fake_project, tmp_path):
+    text = _patch(tmp_path)
+    hunk = text[text.index("@@") : text.index("\n-- \n")]
+    _refused_by_check_and_by_apply_even_with_update_lock(fake_project, text.replace(hunk, hunk + "\n" + hunk), "overlaps")
+
+
+def test_a_file_holding_two_patches_is_refused(fake_project, tmp_path):
+    one = _patch(tmp_path)
+    two = format_patch(tmp_path, tree_files("0.1.0"), {"python/sglang/new.py": "x\n"}, "second")
+    _refused_by_check_and_by_apply_even_with_update_lock(fake_project, one + two, "a second patch starts here")
+
+
+def test_real_git_refuses_what_check_calls_a_path_git_rejects(tmp_path):
+    from conftest import git
+
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    git(repo, "init", "-q")
+    patch = "diff --git a/.git/x b/.git/x\nnew file mode 100644\n--- /dev/null\n+++ b/.git/x\n@@ -0,0 +1 @@\n+x\n"
+    run = subprocess.run(["git", "apply", "--check", "-"], cwd=repo, input=patch, capture_output=True, text=True)
+    assert run.returncode != 0 and "invalid path" in run.stderr
+
+
+def test_an_origin_citing_a_file_outside_the_repository_is_reported(fake_project, tmp_path):
+    (fake_project.root / "docs").mkdir()
+    (fake_project.root / "docs" / "notes.md").write_text("notes\n")
+    cited = _patch(tmp_path, trailers={"Origin": "sglpatch; from the bring-up (shared/BRIEF.md, fix 2)"})
+    path = _write_one(fake_project, cited)
+    assert [p for p in _problems(fake_project) if "Origin cites" in p] == [
+        f"{path}:{cited.splitlines().index('Origin: sglpatch; from the bring-up (shared/BRIEF.md, fix 2)') + 1}: "
+        "Origin cites shared/BRIEF.md, which is not in this repository: say in words where the patch comes from"
+    ]
+    in_repo = _patch(tmp_path, trailers={"Origin": "sglpatch; the code reading is docs/notes.md, see https://example.com/a/b.html"})
+    _write_one(fake_project, in_repo)
+    assert not [p for p in _problems(fake_project) if "Origin cites" in p]
+
+
+def test_the_shipped_series_has_no_problems():
+    from conftest import REPO_ROOT
+    from sglpatch.pins import load_pins
+
+    assert [str(p) for p in check_series(REPO_ROOT / "patches", load_pins(REPO_ROOT / "upstream" / "pins.toml"))] == []
