@@ -47,7 +47,11 @@ MISSING_FILE = "missing-file"
 NOT_APPLICABLE = "not-applicable"
 NOT_NEEDED = "not-needed"
 WITNESS_FAILED = "witness-failed"
-FAILURES = (CONFLICT, MISSING_FILE, WITNESS_FAILED)
+WITNESS_UNAVAILABLE = "witness-unavailable"
+FAILURES = (CONFLICT, MISSING_FILE, WITNESS_FAILED, WITNESS_UNAVAILABLE)
+# The line every outcome carries when the user ran with --allow-unavailable and a witness could
+# not run: the patch was applied on text alone and nothing proved it needed or working.
+UNPROVEN = "UNPROVEN (--allow-unavailable): witness could not run"
 
 _OFFSET_RE = re.compile(r"Hunk #(\d+) succeeded at (\d+) \(offset (-?\d+) lines?\)")
 _FAILED_AT_RE = re.compile(r"error: patch failed: (.+):(\d+)")
@@ -64,6 +68,7 @@ class PatchOutcome:
     witness_before: str = ""
     witness_after: str = ""
     reverse_applies: bool = False  # the pin already holds exactly this change
+    unproven: str = ""  # with --allow-unavailable: why the witness could not prove this outcome
 
 
 @dataclass
@@ -100,12 +105,17 @@ def apply_pin(
     *,
     update_lock: bool = False,
     run_witnesses: bool = True,
+    allow_unavailable: bool = False,
+    discard_local: bool = False,
 ) -> PinResult:
     """Apply ``series`` to ``pin``; on any failure the pin's tree is left as it was.
 
     With ``run_witnesses``, each patch's witness runs on the pristine tree first: a patch whose bug
     is absent there is ``not-needed`` and is not applied; after the series, every witness of an
-    applied patch must pass on the patched tree.
+    applied patch must pass on the patched tree. A witness that cannot run fails the pin
+    (``witness-unavailable``) unless ``allow_unavailable``, and then every such outcome says it is
+    unproven. Commits on the pin's ``sglpatch`` branch that sglpatch did not make are never
+    dropped unless ``discard_local``.
     """
     tree_path = out_dir / pin.version
     result = PinResult(version=pin.version, tree_path=str(tree_path), pristine=pristine.commit)
@@ -114,12 +124,14 @@ def apply_pin(
             ensure_tree_repo(tree_path, pristine)
             _clear_leftovers(tree_path)
             _check_clean(tree_path)
-            _build(tree_path, pin, series, pristine, result, run_witnesses)
+            _build(tree_path, pin, series, pristine, result, run_witnesses, allow_unavailable)
             if any(outcome.status in FAILURES for outcome in result.patches):
                 result.error = "; ".join(
                     f"{o.name}: {o.status}" for o in result.patches if o.status in FAILURES
                 )
                 return result
+            if not discard_local and not _at(tree_path, result.commit):
+                _refuse_to_lose_work(tree_path, result.commit)
             key = pin.version if pristine.source == "index" else f"{pin.version}@{pristine.source}"
             check = check_entry(lock_path, key, result.lock_entry(pin.sha256), update_lock)
             result.lock = check.state
@@ -171,6 +183,15 @@ def _clear_leftovers(tree_path: Path) -> None:
             cache.remove(leftover)
 
 
+def _untracked_in_the_way(tree_path: Path, commit: str) -> list[str]:
+    listing = run_git(["ls-files", "-z", "--others", "--exclude-standard"], tree_path).stdout.decode()
+    untracked = [path for path in listing.split("\0") if path]
+    if not untracked:
+        return []
+    present = run_git(["ls-tree", "-r", "-z", "--name-only", commit, "--", *untracked], tree_path).stdout.decode()
+    return [path for path in present.split("\0") if path]
+
+
 def _check_clean(tree_path: Path) -> None:
     if (tree_path / ".git" / UPDATING_MARKER).exists():
         return  # an interrupted update of ours; _move_branch finishes it
@@ -182,12 +203,69 @@ def _check_clean(tree_path: Path) -> None:
         )
 
 
+def local_commits(tree_path: Path, commit: str) -> list[str]:
+    """Commits that moving the tree to ``commit`` would leave unreachable and that sglpatch did
+    not make ("<hash> <subject>", newest first): the user's work on the branch or a detached HEAD.
+
+    A commit is ours when its committer is sglpatch's fixed identity; one still reachable from
+    ``commit``, the pristine branch or any other branch or tag is not lost."""
+    heads = []
+    for ref in ("HEAD", f"refs/heads/{BRANCH}"):
+        found = run_git(["rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}"], tree_path, check=False)
+        if found.returncode == 0:
+            heads.append(found.stdout.decode().strip())
+    if not heads:
+        return []
+    others = [
+        line.split()[0]
+        for line in run_git(["for-each-ref", "--format=%(objectname) %(refname)", "refs/heads", "refs/tags"], tree_path)
+        .stdout.decode()
+        .splitlines()
+        if line.split()[1] != f"refs/heads/{BRANCH}"
+    ]
+    listing = run_git(
+        ["rev-list", "--format=%H%x00%ce%x00%s", "--no-commit-header", *dict.fromkeys(heads), "--not", commit, *others],
+        tree_path,
+    ).stdout.decode()
+    lost = []
+    for line in listing.splitlines():
+        sha, email, subject = (line.split("\0") + ["", ""])[:3]
+        if email != IDENTITY_EMAIL:
+            lost.append(f"{sha[:12]} {subject}")
+    return lost
+
+
+def _at(tree_path: Path, commit: str) -> bool:
+    """The tree has ``commit`` checked out on the sglpatch branch."""
+    head = run_git(["rev-parse", "--verify", "--quiet", "HEAD"], tree_path, check=False).stdout.decode().strip()
+    current_ref = git_out(["symbolic-ref", "--quiet", "HEAD"], tree_path, check=False) if head else ""
+    return head == commit and current_ref == f"refs/heads/{BRANCH}"
+
+
+def _refuse_to_lose_work(tree_path: Path, commit: str) -> None:
+    """Refuse before anything is written when moving the tree to ``commit`` would drop the user's
+    commits or overwrite their untracked files."""
+    lost = local_commits(tree_path, commit)
+    if lost:
+        newest, oldest = lost[0].split()[0], lost[-1].split()[0]
+        raise SglpatchError(
+            f"{tree_path}: the {BRANCH} branch holds {len(lost)} commit(s) sglpatch did not make "
+            f"({'; '.join(lost[:3])}{' ...' if len(lost) > 3 else ''}); applying would drop them. "
+            f"Export them first (git -C {tree_path} format-patch -o <folder> {oldest}^..{newest}) "
+            "or run again with --discard-local"
+        )
+    untracked = _untracked_in_the_way(tree_path, commit)
+    if untracked:
+        raise SglpatchError(
+            f"{tree_path}: untracked file {untracked[0]}{' and others' if len(untracked) > 1 else ''} would be "
+            "overwritten by the applied tree; move it away or run again with --discard-local"
+        )
+
+
 def _move_branch(tree_path: Path, commit: str) -> None:
     git_dir = tree_path / ".git"
     marker = git_dir / UPDATING_MARKER
-    head = run_git(["rev-parse", "--verify", "--quiet", "HEAD"], tree_path, check=False).stdout.decode().strip()
-    current_ref = git_out(["symbolic-ref", "--quiet", "HEAD"], tree_path) if head else ""
-    if head == commit and current_ref == f"refs/heads/{BRANCH}" and not marker.exists():
+    if _at(tree_path, commit) and not marker.exists():
         return
     marker.write_text(commit + "\n")
     run_git(["update-ref", f"refs/heads/{BRANCH}", commit], tree_path)
@@ -208,7 +286,13 @@ def _inputs_key(pristine: Pristine, renditions: list[tuple[str, PatchFile | None
 
 
 def _build(
-    tree_path: Path, pin: Pin, series: Series, pristine: Pristine, result: PinResult, run_witnesses: bool
+    tree_path: Path,
+    pin: Pin,
+    series: Series,
+    pristine: Pristine,
+    result: PinResult,
+    run_witnesses: bool,
+    allow_unavailable: bool,
 ) -> None:
     selected = [(patch.name, patch.for_version(pin.version)) for patch in series.patches]
     key = _inputs_key(pristine, selected, run_witnesses)
@@ -225,15 +309,12 @@ def _build(
             problems = diffs.diff_problems(rendition)
             if problems:
                 raise SglpatchError("; ".join(str(problem) for problem in problems))
-    _apply_all(tree_path, pin, pristine, selected, result, run_witnesses)
+    _apply_all(tree_path, pin, pristine, selected, result, run_witnesses, allow_unavailable)
     # An unavailable witness may be available next time; only settled answers are remembered.
-    settled = not any(o.witness_before.startswith(UNAVAILABLE) for o in result.patches)
+    settled = not any(o.unproven for o in result.patches)
     if settled and not any(outcome.status in FAILURES for outcome in result.patches):
-        memo.parent.mkdir(exist_ok=True)
-        memo.write_text(
-            json.dumps(
-                {"commit": result.commit, "tree": result.tree, "patches": [asdict(o) for o in result.patches]}
-            )
+        cache.write_atomically(
+            memo, json.dumps({"commit": result.commit, "tree": result.tree, "patches": [asdict(o) for o in result.patches]})
         )
 
 
@@ -244,6 +325,7 @@ def _apply_all(
     selected: list[tuple[str, PatchFile | None]],
     result: PinResult,
     run_witnesses: bool,
+    allow_unavailable: bool = False,
 ) -> None:
     checks = {
         name: witnesses.witness_for(rendition.trailer("Witness"), str(rendition.path))
@@ -257,7 +339,7 @@ def _apply_all(
             for name, witness in checks.items()
             if witness is not None
         }
-        _apply_commits(tree_path, pin, pristine, selected, result, before)
+        _apply_commits(tree_path, pin, pristine, selected, result, before, allow_unavailable)
         for outcome in result.patches:
             witness = checks.get(outcome.name)
             if witness is None or outcome.status in (NOT_NEEDED, NOT_APPLICABLE, *FAILURES):
@@ -267,6 +349,9 @@ def _apply_all(
             if after.state == BUG:
                 outcome.status = WITNESS_FAILED
                 outcome.detail = f"witness {witness.name} still finds the bug after the series: {after.detail}"
+            elif after.state == UNAVAILABLE:
+                _unavailable(outcome, f"witness {witness.name} could not run on the patched tree: {after.detail}",
+                             allow_unavailable)
 
 
 def _apply_commits(
@@ -276,6 +361,7 @@ def _apply_commits(
     selected: list[tuple[str, PatchFile | None]],
     result: PinResult,
     before: dict[str, WitnessResult],
+    allow_unavailable: bool = False,
 ) -> None:
     git_dir = tree_path / ".git"
     fd, index_name = tempfile.mkstemp(dir=git_dir, prefix="sglpatch-index-")
@@ -310,8 +396,13 @@ def _apply_commits(
             if witnessed is not None:
                 outcome.witness_before = witnessed.summary()
                 outcome.needed = True if witnessed.state == BUG else None
-                if witnessed.state == UNAVAILABLE:
-                    outcome.detail = (outcome.detail + "\n" if outcome.detail else "") + f"witness unavailable: {witnessed.detail}"
+                if witnessed.state == UNAVAILABLE and outcome.status not in FAILURES:
+                    _unavailable(
+                        outcome,
+                        f"witness {witnessed.witness} could not run on the pristine tree, so nothing says the "
+                        f"patch is needed: {witnessed.detail}",
+                        allow_unavailable,
+                    )
             result.patches.append(outcome)
             if outcome.commit:
                 parent = outcome.commit
@@ -320,6 +411,17 @@ def _apply_commits(
         result.tree = git_out(["rev-parse", f"{parent}^{{tree}}"], tree_path)
     finally:
         Path(index_name).unlink(missing_ok=True)
+
+
+def _unavailable(outcome: PatchOutcome, reason: str, allowed: bool) -> None:
+    """A witness that could not run: a failure of the pin, or with ``allowed`` an unproven outcome
+    that says so on its line. Either way it is never remembered as settled."""
+    if allowed:
+        outcome.unproven = reason
+        outcome.detail = (outcome.detail + "\n" if outcome.detail else "") + f"{UNPROVEN}: {reason}"
+        return
+    outcome.status = WITNESS_UNAVAILABLE
+    outcome.detail = reason + " (--allow-unavailable applies it unproven)"
 
 
 def _tree_of(tree_path: Path, commit: str) -> str:

@@ -44,11 +44,18 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="classify by text alone (apply/reverse-apply), without running the patches' witnesses",
     )
+    _witness_mode_arguments(apply)
+    apply.add_argument(
+        "--discard-local",
+        action="store_true",
+        help="drop commits and untracked files of yours in build/trees/<pin> that the applied tree replaces",
+    )
     apply.set_defaults(func=_apply)
 
     witness = sub.add_parser("witness", help="run each patch's witness on pins, pristine and patched")
     witness.add_argument("pins", nargs="*", help="pin versions (default: all)")
     witness.add_argument("--out", type=Path, help="where trees and the report go (default: build/)")
+    _witness_mode_arguments(witness)
     witness.set_defaults(func=_witness)
 
     profile = sub.add_parser("profile", help="print a launch profile as a command line")
@@ -109,6 +116,14 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _witness_mode_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--allow-unavailable",
+        action="store_true",
+        help="a witness that cannot run here does not fail the pin; every such line says UNPROVEN",
+    )
+
+
 def _matrix_parser(sub) -> None:
     """``sglpatch matrix``: the test matrix's cells (run, list) and its table (report)."""
     from sglpatch import matrix
@@ -145,6 +160,8 @@ def _apply(project: Project, args: argparse.Namespace) -> int:
         git_url=args.git_url,
         report_path=args.json,
         run_witnesses=not args.no_witnesses,
+        allow_unavailable=args.allow_unavailable,
+        discard_local=args.discard_local,
     )
     where = args.json or (args.out or project.build_dir) / "apply-report.json"
     print(render_apply(report, str(where)))
@@ -152,7 +169,7 @@ def _apply(project: Project, args: argparse.Namespace) -> int:
 
 
 def _witness(project: Project, args: argparse.Namespace) -> int:
-    report = apply_series(project, args.pins, out_dir=args.out)
+    report = apply_series(project, args.pins, out_dir=args.out, allow_unavailable=args.allow_unavailable)
     print(render_witnesses(report))
     return 0 if report.ok else 1
 

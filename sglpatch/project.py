@@ -12,7 +12,7 @@ import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from sglpatch import sources
+from sglpatch import cache, sources
 from sglpatch.apply import PinResult, apply_pin
 from sglpatch.errors import SglpatchError
 from sglpatch.lock import LOCK_FILE
@@ -90,6 +90,8 @@ def apply_series(
     git_url: str | None = None,
     report_path: Path | None = None,
     run_witnesses: bool = True,
+    allow_unavailable: bool = False,
+    discard_local: bool = False,
 ) -> ApplyReport:
     """Apply the series to the named pins (all by default), each independently."""
     pins = project.pins()
@@ -108,11 +110,18 @@ def apply_series(
             continue
         results.append(
             apply_pin(
-                pin, series, pristine, trees, project.lock_file, update_lock=update_lock, run_witnesses=run_witnesses
+                pin,
+                series,
+                pristine,
+                trees,
+                project.lock_file,
+                update_lock=update_lock,
+                run_witnesses=run_witnesses,
+                allow_unavailable=allow_unavailable,
+                discard_local=discard_local,
             )
         )
     report = ApplyReport(series.version, series.digest(), results, status_suggestions(series, results))
     destination = report_path or (out_dir or project.build_dir) / "apply-report.json"
-    destination.parent.mkdir(parents=True, exist_ok=True)
-    destination.write_text(report.to_json() + "\n")
+    cache.write_atomically(destination, report.to_json() + "\n")
     return report

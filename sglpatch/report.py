@@ -16,8 +16,9 @@ def render_apply(report: ApplyReport, report_path: str = "") -> str:
                 commit = outcome.commit[:12] if outcome.commit else "-"
                 needed = {True: "needed", False: "not needed", None: "needed ?"}[outcome.needed]
                 witness = f"witness {outcome.witness_before or '-'} -> {outcome.witness_after or '-'}"
-                lines.append(f"  {outcome.name:<{width}}  {outcome.status:<19}  {commit:<12}  {needed:<10}  {witness}")
-                for detail in outcome.detail.splitlines() if outcome.status not in ("applied",) else []:
+                status = outcome.status + (" UNPROVEN" if outcome.unproven else "")
+                lines.append(f"  {outcome.name:<{width}}  {status:<19}  {commit:<12}  {needed:<10}  {witness}")
+                for detail in outcome.detail.splitlines() if outcome.status != "applied" or outcome.unproven else []:
                     lines.append(f"      {detail}")
         else:
             lines.append("  (no patches in the series)")
@@ -43,7 +44,8 @@ def render_witnesses(report: ApplyReport) -> str:
         for outcome in result.patches:
             before = outcome.witness_before or "-"
             after = outcome.witness_after or ("= pristine" if outcome.status == "not-needed" else "-")
-            lines.append(f"{result.version:<13} {outcome.name[:50]:<50} {before} -> {after}   {outcome.status}")
+            unproven = f"  UNPROVEN: {outcome.unproven}" if outcome.unproven else ""
+            lines.append(f"{result.version:<13} {outcome.name[:50]:<50} {before} -> {after}   {outcome.status}{unproven}")
         if result.error:
             lines.append(f"{result.version:<13} error: {result.error}")
     return "\n".join(lines)

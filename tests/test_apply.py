@@ -11,6 +11,11 @@ from conftest import format_patch, git, tree_files
 from sglpatch import apply as apply_module
 from sglpatch.project import apply_series
 
+# The text machinery (classification, atomicity, the lock, hashes) is proven without witnesses:
+# classified by text alone, as `sglpatch apply --no-witnesses` does.
+def apply_text(project, *args, **kwargs):
+    return apply_series(project, *args, run_witnesses=False, **kwargs)
+
 EXAMPLE = "python/sglang/srt/layers/example.py"
 KERNEL = "python/sglang/jit_kernel/csrc/kernel.cuh"
 
@@ -46,7 +51,7 @@ def _head_and_files(tree):
 
 def test_clean_patches_apply_as_one_commit_each_on_every_pin(fake_project, tmp_path):
     fake_project.set_patches([("0001-guard.patch", _guard_patch(tmp_path)), ("0002-example.patch", _example_patch(tmp_path))])
-    report = apply_series(fake_project.project)
+    report = apply_text(fake_project.project)
     assert report.ok, report.to_json()
     for version in fake_project.versions:
         outcomes, result = _outcomes(report, version)
@@ -75,10 +80,10 @@ def test_commits_equal_what_plain_git_am_makes_with_the_same_committer(fake_proj
 
 def test_results_reproduce_bit_for_bit_in_a_fresh_cache_and_output(fake_project, tmp_path, monkeypatch):
     fake_project.set_patches([("0001-guard.patch", _guard_patch(tmp_path))])
-    first = apply_series(fake_project.project)
+    first = apply_text(fake_project.project)
     lock_before = (fake_project.root / "series.lock").read_text()
     monkeypatch.setenv("SGLPATCH_CACHE_DIR", str(tmp_path / "cache2"))
-    second = apply_series(fake_project.project, out_dir=tmp_path / "elsewhere")
+    second = apply_text(fake_project.project, out_dir=tmp_path / "elsewhere")
     assert [r.commit for r in first.results] == [r.commit for r in second.results]
     assert [r.lock for r in second.results] == ["matches", "matches"]
     assert (fake_project.root / "series.lock").read_text() == lock_before
@@ -89,7 +94,7 @@ def test_offset_hunks_are_classified_applied_with_offset(fake_project, tmp_path)
     files[EXAMPLE] = _lines(insert_top=3)  # the patch was made on a file with 3 more lines on top
     patch = format_patch(tmp_path, files, {EXAMPLE: _lines({20: "patched\n"}, insert_top=3)}, "example: offset")
     fake_project.set_patches([("0001-offset.patch", patch)])
-    outcomes, _ = _outcomes(apply_series(fake_project.project), "0.1.0")
+    outcomes, _ = _outcomes(apply_text(fake_project.project), "0.1.0")
     assert outcomes["0001-offset.patch"].status == "applied-with-offset"
     assert "offset -3" in outcomes["0001-offset.patch"].detail
 
@@ -99,7 +104,7 @@ def test_patch_already_in_the_pin_is_classified_already_upstream(fake_project, t
     files[KERNEL] = "#pragma once\n#include <algorithm>\n"
     patch = format_patch(tmp_path, files, {KERNEL: tree_files("0.1.0")[KERNEL]}, "kernel: add include upstream has")
     fake_project.set_patches([("0001-upstream.patch", patch)])
-    report = apply_series(fake_project.project)
+    report = apply_text(fake_project.project)
     outcomes, result = _outcomes(report, "0.1.0")
     assert outcomes["0001-upstream.patch"].status == "already-upstream"
     assert result.ok and result.commit == result.pristine
@@ -131,7 +136,7 @@ def test_patch_for_a_file_the_pin_lacks_is_missing_file(fake_project, tmp_path):
 
 def test_failure_leaves_the_tree_branch_and_lock_exactly_as_they_were(fake_project, tmp_path):
     fake_project.set_patches([("0001-guard.patch", _guard_patch(tmp_path))])
-    assert apply_series(fake_project.project).ok
+    assert apply_text(fake_project.project).ok
     tree = fake_project.root / "build" / "trees" / "0.1.0"
     before = _head_and_files(tree)
     lock_before = (fake_project.root / "series.lock").read_text()
@@ -141,7 +146,7 @@ def test_failure_leaves_the_tree_branch_and_lock_exactly_as_they_were(fake_proje
     fake_project.set_patches(
         [("0001-guard.patch", _guard_patch(tmp_path)), ("0002-example.patch", _example_patch(tmp_path)), ("0003-bad.patch", bad)]
     )
-    report = apply_series(fake_project.project, ["0.1.0"])
+    report = apply_text(fake_project.project, ["0.1.0"])
     assert not report.ok
     assert _head_and_files(tree) == before
     assert (fake_project.root / "series.lock").read_text() == lock_before
@@ -150,15 +155,15 @@ def test_failure_leaves_the_tree_branch_and_lock_exactly_as_they_were(fake_proje
 
 def test_lock_mismatch_is_an_error_until_update_lock_accepts_it(fake_project, tmp_path):
     fake_project.set_patches([("0001-example.patch", _example_patch(tmp_path))])
-    assert apply_series(fake_project.project).ok
+    assert apply_text(fake_project.project).ok
     tree = fake_project.root / "build" / "trees" / "0.1.0"
     before = _head_and_files(tree)
     fake_project.set_patches([("0001-example.patch", _example_patch(tmp_path, text="changed differently\n"))])
-    report = apply_series(fake_project.project)
+    report = apply_text(fake_project.project)
     _, result = _outcomes(report, "0.1.0")
     assert result.lock == "mismatch" and "--update-lock" in result.error and "commit: locked" in result.error
     assert _head_and_files(tree) == before
-    report = apply_series(fake_project.project, update_lock=True)
+    report = apply_text(fake_project.project, update_lock=True)
     assert report.ok and {r.lock for r in report.results} == {"updated"}
     assert "changed differently" in (tree / EXAMPLE).read_text()
     lock = json.loads((fake_project.root / "series.lock").read_text())
@@ -167,7 +172,7 @@ def test_lock_mismatch_is_an_error_until_update_lock_accepts_it(fake_project, tm
 
 def test_apply_killed_half_way_changes_nothing_and_the_next_run_recovers(fake_project, tmp_path, monkeypatch):
     fake_project.set_patches([("0001-guard.patch", _guard_patch(tmp_path))])
-    assert apply_series(fake_project.project).ok
+    assert apply_text(fake_project.project).ok
     tree = fake_project.root / "build" / "trees" / "0.1.0"
     before = _head_and_files(tree)
     fake_project.set_patches([("0001-guard.patch", _guard_patch(tmp_path)), ("0002-example.patch", _example_patch(tmp_path))])
@@ -182,18 +187,18 @@ def test_apply_killed_half_way_changes_nothing_and_the_next_run_recovers(fake_pr
 
     monkeypatch.setattr(apply_module, "commit_patch", killed_after_first)
     with pytest.raises(KeyboardInterrupt):
-        apply_series(fake_project.project, ["0.1.0"])
+        apply_text(fake_project.project, ["0.1.0"])
     assert _head_and_files(tree) == before
     assert not list((tree / ".git").glob("sglpatch-index-*"))
     monkeypatch.setattr(apply_module, "commit_patch", real_commit)
-    report = apply_series(fake_project.project, ["0.1.0"], update_lock=True)
+    report = apply_text(fake_project.project, ["0.1.0"], update_lock=True)
     assert report.ok
     assert "line twenty, patched" in (tree / EXAMPLE).read_text()
 
 
 def test_apply_killed_while_moving_the_tree_is_finished_by_the_next_run(fake_project, tmp_path, monkeypatch):
     fake_project.set_patches([("0001-guard.patch", _guard_patch(tmp_path))])
-    assert apply_series(fake_project.project).ok
+    assert apply_text(fake_project.project).ok
     tree = fake_project.root / "build" / "trees" / "0.1.0"
     fake_project.set_patches([("0001-guard.patch", _guard_patch(tmp_path)), ("0002-example.patch", _example_patch(tmp_path))])
     real_run_git = apply_module.run_git
@@ -206,9 +211,9 @@ def test_apply_killed_while_moving_the_tree_is_finished_by_the_next_run(fake_pro
 
     monkeypatch.setattr(apply_module, "run_git", dies_in_reset)
     with pytest.raises(KeyboardInterrupt):
-        apply_series(fake_project.project, ["0.1.0"], update_lock=True)
+        apply_text(fake_project.project, ["0.1.0"], update_lock=True)
     monkeypatch.setattr(apply_module, "run_git", real_run_git)
-    report = apply_series(fake_project.project, ["0.1.0"], update_lock=True)
+    report = apply_text(fake_project.project, ["0.1.0"], update_lock=True)
     assert report.ok, report.to_json()
     assert "line twenty, patched" in (tree / EXAMPLE).read_text()
     assert git(tree, "status", "--porcelain").strip() == ""
@@ -216,11 +221,11 @@ def test_apply_killed_while_moving_the_tree_is_finished_by_the_next_run(fake_pro
 
 def test_local_changes_in_a_tree_are_never_overwritten(fake_project, tmp_path):
     fake_project.set_patches([("0001-guard.patch", _guard_patch(tmp_path))])
-    assert apply_series(fake_project.project).ok
+    assert apply_text(fake_project.project).ok
     tree = fake_project.root / "build" / "trees" / "0.1.0"
     (tree / EXAMPLE).write_text("my experiment\n")
     fake_project.set_patches([("0001-example.patch", _example_patch(tmp_path))])
-    report = apply_series(fake_project.project, ["0.1.0"], update_lock=True)
+    report = apply_text(fake_project.project, ["0.1.0"], update_lock=True)
     assert not report.ok and "local changes" in report.results[0].error
     assert (tree / EXAMPLE).read_text() == "my experiment\n"
 
@@ -229,7 +234,7 @@ def test_renditions_are_selected_by_pin_version(fake_project, tmp_path):
     old = _example_patch(tmp_path, text="for 0.1\n", trailers={"Applies-To": "<0.2"})
     new = _example_patch(tmp_path, line=21, text="for 0.2\n", trailers={"Applies-To": ">=0.2"})
     fake_project.set_patches([("0001-example.patch", old)], renditions={"0001-example": [("0.2.patch", new)]})
-    report = apply_series(fake_project.project)
+    report = apply_text(fake_project.project)
     assert report.ok
     for version, text in (("0.1.0", "for 0.1"), ("0.2.0", "for 0.2")):
         assert text in (fake_project.root / "build" / "trees" / version / EXAMPLE).read_text()
@@ -255,7 +260,9 @@ def test_cli_apply_prints_the_table_and_writes_the_json_report(fake_project, tmp
     # A real witness: the CLI runs in its own process, without the test witnesses.
     fake_project.set_patches([("0001-guard.patch", _guard_patch(tmp_path, trailers={"Witness": "rocm-guard"}))])
     run = subprocess.run(
-        ["python", "-m", "sglpatch", "--root", str(fake_project.root), "apply"], capture_output=True, text=True
+        ["python", "-m", "sglpatch", "--root", str(fake_project.root), "apply", "--no-witnesses"],
+        capture_output=True,
+        text=True,
     )
     assert run.returncode == 0, run.stderr
     assert "sglang 0.1.0: ok" in run.stdout and "0001-guard.patch" in run.stdout and "applied" in run.stdout
@@ -329,7 +336,7 @@ def test_apply_process_killed_by_sigkill_mid_series_leaves_the_tree_and_the_next
     import time
 
     fake_project.set_patches([("0001-guard.patch", _guard_patch(tmp_path, trailers={"Witness": "rocm-guard"}))])
-    assert apply_series(fake_project.project, ["0.1.0"]).ok
+    assert apply_series(fake_project.project, ["0.1.0"], allow_unavailable=True).ok
     tree = fake_project.root / "build" / "trees" / "0.1.0"
     before = _head_and_files(tree)
     lock_before = (fake_project.root / "series.lock").read_text()
@@ -343,7 +350,8 @@ def test_apply_process_killed_by_sigkill_mid_series_leaves_the_tree_and_the_next
         files = {**files, EXAMPLE: text}
     fake_project.set_patches(many)
     process = subprocess.Popen(
-        ["python", "-m", "sglpatch", "--root", str(fake_project.root), "apply", "0.1.0", "--update-lock"],
+        ["python", "-m", "sglpatch", "--root", str(fake_project.root), "apply", "0.1.0", "--update-lock",
+         "--allow-unavailable"],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
@@ -355,7 +363,7 @@ def test_apply_process_killed_by_sigkill_mid_series_leaves_the_tree_and_the_next
     process.wait()
     assert _head_and_files(tree) == before
     assert (fake_project.root / "series.lock").read_text() == lock_before
-    report = apply_series(fake_project.project, ["0.1.0"], update_lock=True)
+    report = apply_series(fake_project.project, ["0.1.0"], update_lock=True, allow_unavailable=True)
     assert report.ok, report.to_json()
     assert (tree / EXAMPLE).read_text().startswith("patched 1\npatched 2\n")
     assert git(tree, "status", "--porcelain").strip() == ""
@@ -384,3 +392,120 @@ def test_pending_patch_that_a_pin_already_has_gets_a_status_suggestion(fake_proj
 def test_settled_status_gets_no_suggestion(fake_project, tmp_path):
     fake_project.set_patches([("0001-guard.patch", _guard_patch(tmp_path, trailers={"Upstream-Status": "Inappropriate [local only]"}))])
     assert apply_series(fake_project.project).suggestions == []
+
+
+class _CrashesOnThePatchedTree:
+    """A test witness whose probe finds the bug on the pristine tree and cannot run on the patched
+    one -- what a patch that breaks ``import sglang`` does to a real CPU-Python witness."""
+
+    name = "crashes-when-patched"
+    version = "1"
+
+    def run(self, tree, pin):
+        from sglpatch.witnesses import BUG, UNAVAILABLE, WitnessResult
+
+        if "#ifndef USE_ROCM" in (tree / KERNEL).read_text():
+            return WitnessResult(self.name, UNAVAILABLE, detail="the probe failed importing sglang: SyntaxError")
+        return WitnessResult(self.name, BUG, "text", "no guard")
+
+
+def test_witness_that_cannot_run_on_the_patched_tree_fails_the_pin_and_is_asked_again(
+    fake_project, tmp_path, test_witnesses, monkeypatch
+):
+    monkeypatch.setitem(test_witnesses, "crashes-when-patched", _CrashesOnThePatchedTree())
+    fake_project.set_patches([("0001-guard.patch", _guard_patch(tmp_path, trailers={"Witness": "crashes-when-patched"}))])
+    tree = fake_project.root / "build" / "trees" / "0.1.0"
+    outcomes, result = _outcomes(apply_series(fake_project.project, ["0.1.0"]), "0.1.0")
+    assert outcomes["0001-guard.patch"].status == "witness-unavailable"
+    assert "could not run on the patched tree" in outcomes["0001-guard.patch"].detail
+    assert "SyntaxError" in outcomes["0001-guard.patch"].detail
+    assert not result.ok and "witness-unavailable" in result.error
+    assert not (fake_project.root / "series.lock").exists() or "0.1.0" not in (fake_project.root / "series.lock").read_text()
+    assert not (tree / KERNEL).exists()  # nothing was checked out
+    # Not remembered as settled: once the witness can run, it is asked again and decides.
+    monkeypatch.setitem(test_witnesses, "crashes-when-patched", test_witnesses["guard-text"])
+    outcomes, result = _outcomes(apply_series(fake_project.project, ["0.1.0"]), "0.1.0")
+    assert result.ok and outcomes["0001-guard.patch"].status == "applied"
+    assert outcomes["0001-guard.patch"].witness_after.startswith("clean")
+
+
+def test_witness_that_cannot_run_on_the_pristine_tree_fails_the_pin(fake_project, tmp_path):
+    fake_project.set_patches([("0001-guard.patch", _guard_patch(tmp_path))])  # fixture-unwitnessed
+    outcomes, result = _outcomes(apply_series(fake_project.project, ["0.1.0"]), "0.1.0")
+    assert outcomes["0001-guard.patch"].status == "witness-unavailable" and not result.ok
+    assert "nothing says the patch is needed" in outcomes["0001-guard.patch"].detail
+
+
+def test_allow_unavailable_applies_but_says_unproven_on_every_line(fake_project, tmp_path):
+    from sglpatch.report import render_apply, render_witnesses
+
+    fake_project.set_patches([("0001-guard.patch", _guard_patch(tmp_path))])  # fixture-unwitnessed
+    report = apply_series(fake_project.project, allow_unavailable=True)
+    assert report.ok
+    for version in fake_project.versions:
+        outcomes, _ = _outcomes(report, version)
+        assert outcomes["0001-guard.patch"].status == "applied" and outcomes["0001-guard.patch"].unproven
+    table = render_apply(report)
+    assert table.count("UNPROVEN") >= 2 * len(fake_project.versions)
+    assert render_witnesses(report).count("UNPROVEN") == len(fake_project.versions)
+    assert all(p["unproven"] for pin in json.loads(report.to_json())["pins"] for p in pin["patches"])
+
+
+def test_cli_apply_exits_non_zero_naming_the_witness_that_could_not_run(fake_project, tmp_path):
+    # rocm-guard finds no fused metadata kernel in this small tree, so it cannot tell anything.
+    fake_project.set_patches([("0001-guard.patch", _guard_patch(tmp_path, trailers={"Witness": "rocm-guard"}))])
+    run = subprocess.run(["python", "-m", "sglpatch", "--root", str(fake_project.root), "apply", "0.1.0"],
+                         capture_output=True, text=True)
+    assert run.returncode == 1, run.stdout + run.stderr
+    assert "witness-unavailable" in run.stdout and "rocm-guard" in run.stdout and "FAILED" in run.stdout
+    allowed = subprocess.run(
+        ["python", "-m", "sglpatch", "--root", str(fake_project.root), "apply", "0.1.0", "--allow-unavailable"],
+        capture_output=True, text=True,
+    )
+    assert allowed.returncode == 0, allowed.stdout + allowed.stderr
+    assert "UNPROVEN" in allowed.stdout
+
+
+def _commit_on_the_branch(tree, name="mine.txt"):
+    (tree / name).write_text("my own work\n")
+    git(tree, "add", name)
+    git(tree, "-c", "user.name=Me", "-c", "user.email=me@example.com", "commit", "-q", "-m", "my own patch")
+    return git(tree, "rev-parse", "HEAD").strip()
+
+
+def test_apply_never_drops_a_commit_the_user_made_on_the_branch(fake_project, tmp_path):
+    fake_project.set_patches([("0001-guard.patch", _guard_patch(tmp_path))])
+    assert apply_text(fake_project.project, ["0.1.0"]).ok
+    tree = fake_project.root / "build" / "trees" / "0.1.0"
+    mine = _commit_on_the_branch(tree)
+    # The series changes, so the branch would move to a new commit.
+    fake_project.set_patches([("0001-guard.patch", _guard_patch(tmp_path)), ("0002-example.patch", _example_patch(tmp_path))])
+    lock_before = (fake_project.root / "series.lock").read_text()
+    report = apply_text(fake_project.project, ["0.1.0"], update_lock=True)
+    _, result = _outcomes(report, "0.1.0")
+    assert not result.ok
+    assert mine[:12] in result.error and "my own patch" in result.error and "format-patch" in result.error
+    assert "--discard-local" in result.error
+    assert git(tree, "rev-parse", "sglpatch").strip() == mine and (tree / "mine.txt").exists()
+    assert (fake_project.root / "series.lock").read_text() == lock_before
+    # The command it names exports the commit.
+    command = result.error.split("(git -C ", 1)[1].split(")", 1)[0].replace("<folder>", str(tmp_path / "exported"))
+    subprocess.run(["git", "-C", *command.split()], check=True, capture_output=True)
+    assert [p.name for p in (tmp_path / "exported").iterdir()] == ["0001-my-own-patch.patch"]
+    # Only the explicit flag drops it.
+    report = apply_text(fake_project.project, ["0.1.0"], update_lock=True, discard_local=True)
+    assert report.ok and not (tree / "mine.txt").exists()
+
+
+def test_apply_never_overwrites_an_untracked_file_of_the_user(fake_project, tmp_path):
+    fake_project.set_patches([("0001-example.patch", _example_patch(tmp_path))])
+    assert apply_text(fake_project.project, ["0.1.0"]).ok
+    tree = fake_project.root / "build" / "trees" / "0.1.0"
+    new_file = "python/sglang/srt/new_module.py"
+    files = tree_files("0.1.0")
+    patch = format_patch(tmp_path, files, {new_file: "print('from the series')\n"}, "add a module")
+    fake_project.set_patches([("0001-example.patch", _example_patch(tmp_path)), ("0002-new.patch", patch)])
+    (tree / new_file).write_text("my untracked draft\n")
+    _, result = _outcomes(apply_text(fake_project.project, ["0.1.0"], update_lock=True), "0.1.0")
+    assert not result.ok and new_file in result.error
+    assert (tree / new_file).read_text() == "my untracked draft\n"
