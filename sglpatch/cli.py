@@ -95,6 +95,7 @@ def _parser() -> argparse.ArgumentParser:
     upstream.add_argument("--range-diff", metavar="vN:vM", help="include the series range-diff vN..vM in the PR body")
     upstream.add_argument("--open-pr", action="store_true", help="open the PR with the gh CLI (push the branch first)")
     upstream.add_argument("--head", help="with --open-pr: the pushed branch as gh should name it (owner:branch)")
+    upstream.add_argument("-s", "--signoff", action="store_true", help="add your Signed-off-by (from your git config)")
     upstream.set_defaults(func=_upstream)
 
     check = sub.add_parser("check", help="lint the series, patches, trailers and renditions")
@@ -210,7 +211,7 @@ def _upstream(project: Project, args: argparse.Namespace) -> int:
     if args.range_diff:
         old, _, new = args.range_diff.partition(":")
         changes = versions.range_diff(project, old.removeprefix("v"), new.removeprefix("v"))
-    result = upstream_pr.export(project, args.patch, args.base, args.base_repo, args.out, changes)
+    result = upstream_pr.export(project, args.patch, args.base, args.base_repo, args.out, changes, signoff=args.signoff)
     print(f"branch {result.branch} at {result.commit[:12]} in {result.repo}")
     print(f"mbox: {result.mbox}")
     print(f"PR title: {result.title}")

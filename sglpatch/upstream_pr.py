@@ -17,13 +17,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sglpatch import sources, witnesses
-from sglpatch.apply import checkout_commit, commit_patch, ensure_tree_repo
+from sglpatch.apply import checkout_commit, ensure_tree_repo
 from sglpatch.errors import SglpatchError
-from sglpatch.gitcmd import git_out, run_git
+from sglpatch.gitcmd import IDENTITY_EMAIL, IDENTITY_NAME, git_out, run_git
 from sglpatch.series import METADATA_TRAILERS, PatchFile, SeriesPatch
-from sglpatch.witnesses import BUG, CLEAN, WitnessResult
+from sglpatch.witnesses import BUG, CLEAN, UNAVAILABLE, WitnessResult
 
 BRANCH_PREFIX = "sglpatch-upstream/"
+GH_TIMEOUT_S = 300
 
 
 @dataclass(frozen=True)
@@ -43,8 +44,13 @@ def export(
     base_repo: Path | None = None,
     out: Path | None = None,
     range_diff: str = "",
+    signoff: bool = False,
 ) -> Export:
-    """``range_diff``, if given, is appended to the body as the changes since an earlier version."""
+    """The patch as upstream will see it: one clean commit on ``base`` (the message without our
+    metadata trailers, authored and committed by the user where git knows them, with their
+    Signed-off-by when ``signoff``), on branch ``sglpatch-upstream/<patch>``, plus its mbox and
+    the PR title and body. ``range_diff``, if given, is appended to the body as the changes since
+    an earlier version. An existing branch holding anything else is refused, never moved."""
     series = project.series()
     patch = series.get(patch_name)
     pins = project.pins()
@@ -82,13 +88,19 @@ def export(
                 )
         run_git(["apply", "--cached", "-"], repo, env=env, input=diff)
         tree = git_out(["write-tree"], repo, env=env)
-        commit = commit_patch(repo, rendition, tree, base_commit)
+        commit = upstream_commit(repo, rendition, tree, base_commit, signoff=signoff)
         if witness is not None:
             after = witness.run(checkout_commit(repo, commit, Path(scratch) / "after"), pin)
             if after.state == BUG:
                 raise SglpatchError(f"{patch.name}: witness {witness.name} still fails with the patch at {label}: {after.detail}")
+    for result in (before, after):
+        if result is not None and result.state == UNAVAILABLE:
+            raise SglpatchError(
+                f"{patch.name}: witness {witness.name} could not run at {label} ({result.detail}); "
+                "a pull request must say how it was tested, so nothing was exported"
+            )
     branch = BRANCH_PREFIX + patch.stem
-    run_git(["update-ref", f"refs/heads/{branch}", commit], repo)
+    _set_branch(repo, branch, commit)
     folder = (out or project.build_dir / "upstream") / patch.stem
     folder.mkdir(parents=True, exist_ok=True)
     mbox = folder / f"{patch.stem}.mbox"
@@ -99,6 +111,71 @@ def export(
     body_path = folder / "PR.md"
     body_path.write_text(f"# {title}\n\n{body}")
     return Export(branch=branch, repo=repo, commit=commit, mbox=mbox, body=body_path, title=title)
+
+
+def upstream_commit(repo: Path, rendition: PatchFile, tree: str, parent: str, *, signoff: bool = False) -> str:
+    """``tree`` committed on ``parent`` with the patch's message minus our metadata trailers.
+
+    The author is the patch's, unless that is sglpatch's own placeholder identity; then, as the
+    committer, it is the user's git identity in ``repo`` (their config), where git has one."""
+    fields = _mail_fields(repo, rendition)
+    user = _user_identity(repo)
+    author = (fields.get("Author", ""), fields.get("Email", ""))
+    if author[1] == IDENTITY_EMAIL and user is not None:
+        author = user
+    committer = user or (IDENTITY_NAME, IDENTITY_EMAIL)
+    message = f"{rendition.subject}\n\n{message_without_trailers(rendition)}\n"
+    if signoff:
+        if user is None:
+            raise SglpatchError(f"{repo}: -s needs your git identity (git config user.name and user.email)")
+        message = message.rstrip("\n") + f"\n\nSigned-off-by: {user[0]} <{user[1]}>\n"
+    env = {
+        "GIT_AUTHOR_NAME": author[0],
+        "GIT_AUTHOR_EMAIL": author[1],
+        "GIT_AUTHOR_DATE": fields.get("Date", ""),
+        "GIT_COMMITTER_NAME": committer[0],
+        "GIT_COMMITTER_EMAIL": committer[1],
+        "GIT_COMMITTER_DATE": fields.get("Date", ""),
+    }
+    return git_out(["commit-tree", tree, "-p", parent], repo, env=env, input=message.encode())
+
+
+def _mail_fields(repo: Path, rendition: PatchFile) -> dict[str, str]:
+    info = run_git(["mailinfo", "/dev/null", "/dev/null"], repo, input=rendition.raw).stdout.decode()
+    return dict(line.split(": ", 1) for line in info.splitlines() if ": " in line)
+
+
+def _user_identity(repo: Path) -> tuple[str, str] | None:
+    """The user's name and email as their own git configuration gives them in ``repo``."""
+    values = []
+    for key in ("user.name", "user.email"):
+        try:
+            done = subprocess.run(["git", "config", "--get", key], cwd=repo, capture_output=True, text=True, timeout=60)
+        except (OSError, subprocess.TimeoutExpired):
+            return None
+        if done.returncode != 0 or not done.stdout.strip():
+            return None
+        values.append(done.stdout.strip())
+    return values[0], values[1]
+
+
+def _set_branch(repo: Path, branch: str, commit: str) -> None:
+    """Create ``branch`` at ``commit``; an existing one is left alone unless it holds the same change."""
+    ref = f"refs/heads/{branch}"
+    existing = run_git(["rev-parse", "--verify", "--quiet", ref], repo, check=False).stdout.decode().strip()
+    if existing == commit:
+        return
+    if existing:
+        same = git_out(["rev-parse", f"{existing}^{{tree}}", f"{existing}^"], repo, check=False).split() == git_out(
+            ["rev-parse", f"{commit}^{{tree}}", f"{commit}^"], repo
+        ).split()
+        if not same:
+            raise SglpatchError(
+                f"{repo}: branch {branch} already exists at {existing[:12]} with other content; it is yours now, "
+                f"so it is not overwritten (rename or delete it: git -C {repo} branch -m {branch} {branch}-old)"
+            )
+        return  # the same change, committed another time: keep the user's branch as it is
+    run_git(["update-ref", ref, commit, ""], repo)
 
 
 def _rendition(patch: SeriesPatch, version: str | None, repo: Path, base_commit: str) -> PatchFile:
@@ -138,7 +215,7 @@ def render_pr(
     matrix: list[str],
 ) -> tuple[str, str]:
     """The PR title (the patch subject) and body (its message without our trailers, then tests)."""
-    message = _message_without_trailers(rendition)
+    message = message_without_trailers(rendition)
     parts = [message.strip(), "", "## How it was tested", ""]
     if before is not None and after is not None:
         parts.append(
@@ -150,10 +227,10 @@ def render_pr(
     return rendition.subject, "\n".join(parts).rstrip() + "\n"
 
 
-def _message_without_trailers(rendition: PatchFile) -> str:
+def message_without_trailers(rendition: PatchFile) -> str:
     text = rendition.raw.decode()
     body = text.split("\n\n", 1)[1].split("\n---\n", 1)[0]
-    kept = [line for line in body.splitlines() if not re.match(rf"^({'|'.join(METADATA_TRAILERS)}):", line)]
+    kept = [line for line in body.splitlines() if not re.match(rf"^({'|'.join(METADATA_TRAILERS)}):", line, re.I)]
     return "\n".join(kept).strip()
 
 
@@ -162,12 +239,16 @@ def open_pull_request(export: Export, remote_branch: str | None = None) -> str:
     gh = shutil.which("gh")
     if gh is None:
         raise SglpatchError("the gh CLI is not installed; push the branch and open the pull request by hand")
-    run = subprocess.run(
-        [gh, "pr", "create", "--title", export.title, "--body-file", str(export.body), "--head", remote_branch or export.branch],
-        cwd=export.repo,
-        capture_output=True,
-        text=True,
-    )
+    try:
+        run = subprocess.run(
+            [gh, "pr", "create", "--title", export.title, "--body-file", str(export.body), "--head", remote_branch or export.branch],
+            cwd=export.repo,
+            capture_output=True,
+            text=True,
+            timeout=GH_TIMEOUT_S,
+        )
+    except subprocess.TimeoutExpired:
+        raise SglpatchError(f"gh pr create did not finish within {GH_TIMEOUT_S} s (network or a prompt?)") from None
     if run.returncode != 0:
         raise SglpatchError(f"gh pr create failed: {run.stderr.strip()}")
     return run.stdout.strip()

@@ -116,3 +116,64 @@ def test_open_pr_hands_title_body_and_branch_to_gh(guard_project, tmp_path, monk
         "pr", "create", "--title", "kernel: guard the CUDA runtime include", "--body-file", str(result.body),
         "--head", "me:sglpatch-upstream/0001-guard",
     ]
+
+
+def _trailered_project(fake_project, tmp_path):
+    files = tree_files("0.1.0")
+    guarded = files[KERNEL].replace("#include <cuda_runtime.h>\n", "#ifndef USE_ROCM\n#include <cuda_runtime.h>\n#endif\n")
+    trailers = {"Witness": "guard-text", "Bug": "https://example.com/issue/1", "Fixed-Upstream-In": "0.9 (not yet)",
+                "Origin": "sglpatch; written for a bring-up"}
+    patch = format_patch(tmp_path, files, {KERNEL: guarded}, "kernel: guard the CUDA runtime include", trailers=trailers, body=BODY)
+    fake_project.set_patches([("0001-guard.patch", patch)])
+    return fake_project
+
+
+def test_upstream_sees_a_clean_commit_without_our_trailers(fake_project, tmp_path):
+    project = _trailered_project(fake_project, tmp_path).project
+    repo = _base_repo(tmp_path)
+    result = upstream_pr.export(project, "0001-guard", base="main", base_repo=repo, out=tmp_path / "out")
+    message = git(repo, "log", "-1", "--format=%B", result.commit)
+    mbox = result.mbox.read_text()
+    for trailer in ("Upstream-Status", "Witness", "Applies-To", "Fixed-Upstream-In", "Origin", "Bug"):
+        assert f"{trailer}:" not in message and f"{trailer}:" not in mbox
+    assert message.startswith("kernel: guard the CUDA runtime include\n\nProblem: the kernel does not build on ROCm.")
+    assert "Signed-off-by" not in message
+
+
+def test_signoff_adds_the_users_own_identity(fake_project, tmp_path):
+    project = _trailered_project(fake_project, tmp_path).project
+    repo = _base_repo(tmp_path)
+    git(repo, "config", "user.name", "Rocm Engineer")
+    git(repo, "config", "user.email", "eng@example.com")
+    result = upstream_pr.export(project, "0001-guard", base="main", base_repo=repo, out=tmp_path / "out", signoff=True)
+    message = git(repo, "log", "-1", "--format=%B%n%cn <%ce>", result.commit)
+    assert "Signed-off-by: Rocm Engineer <eng@example.com>" in message
+    assert message.strip().endswith("Rocm Engineer <eng@example.com>")  # committed by the user too
+    assert "Signed-off-by: Rocm Engineer <eng@example.com>" in result.mbox.read_text()
+
+
+def test_an_existing_branch_with_other_content_is_refused_not_overwritten(guard_project, tmp_path):
+    repo = _base_repo(tmp_path)
+    git(repo, "branch", "sglpatch-upstream/0001-guard", "main")  # the user's own work under that name
+    before = git(repo, "rev-parse", "sglpatch-upstream/0001-guard").strip()
+    with pytest.raises(SglpatchError, match="already exists .* with other content; .* not overwritten"):
+        upstream_pr.export(guard_project.project, "0001-guard", base="main", base_repo=repo, out=tmp_path / "out")
+    assert git(repo, "rev-parse", "sglpatch-upstream/0001-guard").strip() == before
+
+
+def test_exporting_twice_keeps_the_branch(guard_project, tmp_path):
+    repo = _base_repo(tmp_path)
+    first = upstream_pr.export(guard_project.project, "0001-guard", base="main", base_repo=repo, out=tmp_path / "out")
+    second = upstream_pr.export(guard_project.project, "0001-guard", base="main", base_repo=repo, out=tmp_path / "out")
+    assert git(repo, "rev-parse", "sglpatch-upstream/0001-guard").strip() == first.commit == second.commit
+
+
+def test_export_refuses_when_the_witness_cannot_run(fake_project, tmp_path):
+    files = tree_files("0.1.0")
+    guarded = files[KERNEL].replace("#include <cuda_runtime.h>\n", "#ifndef USE_ROCM\n#include <cuda_runtime.h>\n#endif\n")
+    patch = format_patch(tmp_path, files, {KERNEL: guarded}, "kernel: guard", body=BODY)  # fixture-unwitnessed
+    fake_project.set_patches([("0001-guard.patch", patch)])
+    repo = _base_repo(tmp_path)
+    with pytest.raises(SglpatchError, match="could not run at main .* nothing was exported"):
+        upstream_pr.export(fake_project.project, "0001-guard", base="main", base_repo=repo, out=tmp_path / "out")
+    assert "sglpatch-upstream" not in git(repo, "branch")
