@@ -33,6 +33,7 @@ from sglpatch.gitcmd import IDENTITY_EMAIL, IDENTITY_NAME, git_env, git_out, run
 from sglpatch.pins import Pin
 
 PRISTINE_REF = "refs/heads/pristine"
+FETCH_TIMEOUT_S = 600  # one shallow fetch of a release; past it the remote is hung
 COMPLETE_MARKER = "sglpatch-complete.json"
 
 # What the artifacts hold that upstream's git does not; README.md lists the same.
@@ -334,16 +335,18 @@ def pristine_from_git(pin: Pin, url: str) -> Pristine:
                 repo = git.Repo.init(staging, bare=True)
                 with repo.git.custom_environment(**git_env()):
                     try:
-                        repo.git.fetch("--quiet", "--depth=1", url, pin.commit)
+                        repo.git.fetch("--quiet", "--depth=1", url, pin.commit, kill_after_timeout=FETCH_TIMEOUT_S)
                     except git.GitCommandError:
                         # Servers that refuse a bare SHA still serve the tag; the SHA check below
                         # is what makes either way trustworthy.
                         try:
-                            repo.git.fetch("--quiet", "--depth=1", url, f"refs/tags/{pin.tag}")
+                            repo.git.fetch(
+                                "--quiet", "--depth=1", url, f"refs/tags/{pin.tag}", kill_after_timeout=FETCH_TIMEOUT_S
+                            )
                         except git.GitCommandError as exc:
                             raise SglpatchError(
-                                f"pin {pin.version}: cannot fetch {pin.commit} or tag {pin.tag} "
-                                f"from {url}: {exc.stderr.strip()}"
+                                f"pin {pin.version}: cannot fetch {pin.commit} or tag {pin.tag} from {url} "
+                                f"(each fetch is given {FETCH_TIMEOUT_S} s): {str(exc.stderr).strip()}"
                             ) from None
                     commit = repo.git.rev_parse("FETCH_HEAD^{commit}")
                 if commit != pin.commit:
