@@ -26,26 +26,33 @@ sys.path.insert(0, str(ROOT))
 from sglpatch.project import Project, apply_series  # noqa: E402
 
 
+STEP_TIMEOUT_S = 600  # one download, unpack or git step; past it something hung
+
+
+def _run(command: list[str], **kwargs) -> None:
+    try:
+        subprocess.run(command, check=True, timeout=STEP_TIMEOUT_S, **kwargs)
+    except subprocess.TimeoutExpired:
+        raise SystemExit(f"{' '.join(command[:4])} did not finish within {STEP_TIMEOUT_S} s") from None
+
+
 def _baseline(version: str, patches: list[Path], work: Path) -> float:
     start = time.perf_counter()
     download = work / "download"
-    subprocess.run(
-        [sys.executable, "-m", "pip", "download", "-q", "--no-deps", f"sglang=={version}", "-d", str(download)],
-        check=True,
-        capture_output=True,
-    )
+    _run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", f"sglang=={version}", "-d", str(download)],
+         capture_output=True)
     artifact = next(download.iterdir())
     tree = work / "tree"
     (tree / "python").mkdir(parents=True)  # upstream's layout, so the same patches apply
     if artifact.suffix == ".whl":
-        subprocess.run(["unzip", "-q", str(artifact), "-d", str(tree / "python")], check=True)
+        _run(["unzip", "-q", str(artifact), "-d", str(tree / "python")])
     else:
-        subprocess.run(["tar", "xzf", str(artifact), "--strip-components=1", "-C", str(tree / "python")], check=True)
+        _run(["tar", "xzf", str(artifact), "--strip-components=1", "-C", str(tree / "python")])
     env = {**os.environ, "GIT_AUTHOR_NAME": "b", "GIT_AUTHOR_EMAIL": "b@b", "GIT_COMMITTER_NAME": "b", "GIT_COMMITTER_EMAIL": "b@b"}
     for args in (["init", "-q"], ["add", "-A"], ["commit", "-q", "-m", "pristine"]):
-        subprocess.run(["git", *args], cwd=tree, check=True, env=env)
+        _run(["git", *args], cwd=tree, env=env)
     if patches:
-        subprocess.run(["git", "am", "-q", *map(str, patches)], cwd=tree, check=True, env=env)
+        _run(["git", "am", "-q", *map(str, patches)], cwd=tree, env=env)
     return time.perf_counter() - start
 
 
