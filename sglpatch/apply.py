@@ -208,7 +208,8 @@ def local_commits(tree_path: Path, commit: str) -> list[str]:
     not make ("<hash> <subject>", newest first): the user's work on the branch or a detached HEAD.
 
     A commit is ours when its committer is sglpatch's fixed identity; one still reachable from
-    ``commit``, the pristine branch or any other branch or tag is not lost."""
+    ``commit``, the pristine branch, any other branch or tag, or ``refs/sglpatch/*`` (where
+    ``sglpatch patch refresh`` keeps the commits it wrote into patches/) is not lost."""
     heads = []
     for ref in ("HEAD", f"refs/heads/{BRANCH}"):
         found = run_git(["rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}"], tree_path, check=False)
@@ -218,7 +219,9 @@ def local_commits(tree_path: Path, commit: str) -> list[str]:
         return []
     others = [
         line.split()[0]
-        for line in run_git(["for-each-ref", "--format=%(objectname) %(refname)", "refs/heads", "refs/tags"], tree_path)
+        for line in run_git(
+            ["for-each-ref", "--format=%(objectname) %(refname)", "refs/heads", "refs/tags", "refs/sglpatch"], tree_path
+        )
         .stdout.decode()
         .splitlines()
         if line.split()[1] != f"refs/heads/{BRANCH}"

@@ -97,6 +97,23 @@ def _parser() -> argparse.ArgumentParser:
     upstream.add_argument("-s", "--signoff", action="store_true", help="add your Signed-off-by (from your git config)")
     upstream.set_defaults(func=_upstream)
 
+    patch = sub.add_parser("patch", help="write patches on a pin's tree: start, refresh (quilt and git habits)")
+    patch_sub = patch.add_subparsers(required=True, metavar="ACTION")
+    start = patch_sub.add_parser("start", help="apply the series to a pin's tree, ready for your commits")
+    start.add_argument("pin")
+    start.set_defaults(func=_patch_start)
+    refresh = patch_sub.add_parser("refresh", help="write the commits of a pin's tree back into patches/")
+    refresh.add_argument("pin")
+    refresh.add_argument("--rendition-of", metavar="PATCH", help="new commits are this patch's rendition for the pin")
+    refresh.set_defaults(func=_patch_refresh)
+
+    export = sub.add_parser("export", help="a pin's applied series as a quilt folder or an mbox for git am")
+    export.add_argument("pin")
+    where = export.add_mutually_exclusive_group(required=True)
+    where.add_argument("--quilt", type=Path, metavar="DIR", help="a quilt patches folder with its series file")
+    where.add_argument("--mbox", type=Path, metavar="FILE", help="one mbox, in order, for git am")
+    export.set_defaults(func=_export)
+
     check = sub.add_parser("check", help="lint the series, patches, trailers and renditions")
     check.set_defaults(func=_check)
 
@@ -235,6 +252,45 @@ def _rebase(project: Project, args: argparse.Namespace) -> int:
     elif not report.complete:
         print("not written: a patch needs a person (conflict); the series and pins are unchanged")
     return 0 if report.complete else 1
+
+
+def _patch_start(project: Project, args: argparse.Namespace) -> int:
+    from sglpatch import authoring
+
+    version = project.pins().select([args.pin])[0].version
+    tree = authoring.start(project, version)
+    print(f"{tree}: the series is applied on branch sglpatch")
+    print("  commit your change there (git commit); amend or rebase the series' own commits to change them;")
+    print(f"  then: sglpatch patch refresh {version}")
+    return 0
+
+
+def _patch_refresh(project: Project, args: argparse.Namespace) -> int:
+    from sglpatch import authoring
+
+    version = project.pins().select([args.pin])[0].version
+    refreshed = authoring.refresh(project, version, args.rendition_of)
+    for item in refreshed:
+        print(f"{item.action:<14} {item.path.relative_to(project.root)}  {item.subject}")
+    problems = authoring.problems_of(project, refreshed)
+    for problem in problems:
+        print(problem)
+    if any(item.action != "unchanged" for item in refreshed):
+        print(f"next: sglpatch check, then sglpatch apply {version} --update-lock, and commit patches/ and the lock")
+    return 1 if problems else 0
+
+
+def _export(project: Project, args: argparse.Namespace) -> int:
+    from sglpatch import authoring
+
+    version = project.pins().select([args.pin])[0].version
+    if args.quilt:
+        folder = authoring.export_quilt(project, version, args.quilt)
+        print(f"{folder}: quilt series for sglang {version} (QUILT_PATCHES={folder} quilt push -a on the pristine tree)")
+    else:
+        mbox = authoring.export_mbox(project, version, args.mbox)
+        print(f"{mbox}: mbox for sglang {version} (git am {mbox} on the pristine tree)")
+    return 0
 
 
 def _check(project: Project, args: argparse.Namespace) -> int:

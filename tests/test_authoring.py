@@ -1,0 +1,165 @@
+"""Writing patches with quilt and git habits: start, commit, refresh, export for quilt and git am."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+
+import pytest
+
+from conftest import format_patch, git, pristine_subtree, tree_files
+from sglpatch import authoring
+from sglpatch.project import apply_series
+
+EXAMPLE = "python/sglang/srt/layers/example.py"
+USER = ["-c", "user.name=Patch Writer", "-c", "user.email=writer@example.com"]
+
+
+def _example_patch(tmp_path):
+    files = tree_files("0.1.0")
+    return format_patch(tmp_path, files, {EXAMPLE: files[EXAMPLE].replace("line 20\n", "line 20 patched\n")},
+                        "example: patch line 20")
+
+
+@pytest.fixture
+def applied(fake_project, tmp_path):
+    fake_project.set_patches([("0001-example.patch", _example_patch(tmp_path))])
+    assert apply_series(fake_project.project, run_witnesses=False).ok
+    return fake_project
+
+
+def _commit(tree, path, old, new, message):
+    target = tree / path
+    target.write_text(target.read_text().replace(old, new))
+    git(tree, "add", path)
+    git(tree, *USER, "commit", "-q", "-m", message)
+
+
+def test_a_new_commit_becomes_the_next_numbered_patch_in_the_series(applied):
+    project = applied.project
+    tree = project.build_dir / "trees" / "0.1.0"
+    _commit(tree, EXAMPLE, "line 30\n", "line 30 mine\n", "layers: fix line 30\n\nProblem, cause, fix.\n\nWitness: guard-text\nOrigin: a test")
+    refreshed = authoring.refresh(project, "0.1.0")
+    assert [(r.action, r.path.name) for r in refreshed] == [
+        ("unchanged", "0001-example.patch"), ("new", "0002-layers-fix-line-30.patch")]
+    written = (project.patches_dir / "0002-layers-fix-line-30.patch").read_text()
+    assert "Applies-To: ==0.1.0" in written and "Upstream-Status: Pending" in written and "Witness: guard-text" in written
+    assert (project.patches_dir / "series").read_text().splitlines()[-1] == "0002-layers-fix-line-30.patch"
+    assert authoring.problems_of(project, refreshed) == []
+    # apply takes the patch as the series' own commit; the refreshed commit is kept under refs/sglpatch.
+    report = apply_series(project, ["0.1.0"], update_lock=True, run_witnesses=False)
+    assert report.ok, report.to_json()
+    assert "line 30 mine" in (tree / EXAMPLE).read_text()
+    assert git(tree, "log", "-1", "--format=%ce").strip() == "sglpatch@localhost"
+    assert "refs/sglpatch/refreshed/" in git(tree, "for-each-ref", "--format=%(refname)")
+
+
+def test_a_new_patch_without_its_witness_is_named_by_check(applied):
+    project = applied.project
+    tree = project.build_dir / "trees" / "0.1.0"
+    _commit(tree, EXAMPLE, "line 31\n", "line 31 mine\n", "layers: fix line 31")
+    refreshed = authoring.refresh(project, "0.1.0")
+    problems = authoring.problems_of(project, refreshed)
+    assert any("missing the Witness trailer" in p for p in problems) and any("missing the Origin trailer" in p for p in problems)
+
+
+def test_amending_a_series_commit_updates_that_patch(applied):
+    project = applied.project
+    tree = project.build_dir / "trees" / "0.1.0"
+    target = tree / EXAMPLE
+    target.write_text(target.read_text().replace("line 20 patched\n", "line 20 patched better\n"))
+    git(tree, "add", EXAMPLE)
+    git(tree, *USER, "commit", "-q", "--amend", "--no-edit")
+    refreshed = authoring.refresh(project, "0.1.0")
+    assert [(r.action, r.path.name) for r in refreshed] == [("updated", "0001-example.patch")]
+    assert "+line 20 patched better" in (project.patches_dir / "0001-example.patch").read_text()
+    assert (project.patches_dir / "series").read_text().count(".patch") == 1
+    assert apply_series(project, ["0.1.0"], update_lock=True, run_witnesses=False).ok
+
+
+def test_a_commit_for_another_layout_becomes_a_rendition(applied):
+    project = applied.project
+    tree = project.build_dir / "trees" / "0.1.0"
+    _commit(tree, EXAMPLE, "line 5\n", "line 5 here\n", "layers: the example for this layout\n\nWitness: guard-text\nOrigin: a test")
+    refreshed = authoring.refresh(project, "0.1.0", rendition_of="0001-example")
+    path = project.patches_dir / "renditions" / "0001-example" / "0.1.0.patch"
+    assert [(r.action, r.path) for r in refreshed][-1] == ("new rendition", path)
+    assert "Applies-To: ==0.1.0" in path.read_text()
+    assert (project.patches_dir / "series").read_text().count(".patch") == 1
+
+
+def _pristine_checkout(tree, dest):
+    archive = subprocess.run(["git", "archive", "pristine"], cwd=tree, capture_output=True, check=True).stdout
+    dest.mkdir()
+    subprocess.run(["tar", "-x", "-C", str(dest)], input=archive, check=True)
+    return dest
+
+
+def _same_files(a, b):
+    listing = lambda root: sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file() and ".pc" not in p.parts)  # noqa: E731
+    assert listing(a) == listing(b)
+    for name in listing(a):
+        assert (a / name).read_bytes() == (b / name).read_bytes(), name
+
+
+def _quilt_push(patches, tree):
+    if shutil.which("quilt") is None:
+        pytest.skip("quilt is not installed (Debian's quilt; .ci/run installs it)")
+    env = {**os.environ, "QUILT_PATCHES": str(patches), "QUILT_PC": ".pc"}
+    run = subprocess.run(["quilt", "push", "-a", "--fuzz=0"], cwd=tree, env=env, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stdout + run.stderr
+    shutil.rmtree(tree / ".pc", ignore_errors=True)
+
+
+def test_a_quilt_export_pushes_with_real_quilt_onto_the_pristine_tree(applied, tmp_path):
+    project = applied.project
+    tree = project.build_dir / "trees" / "0.1.0"
+    folder = authoring.export_quilt(project, "0.1.0", tmp_path / "quilt-patches")
+    assert (folder / "series").read_text().splitlines()[1:] == ["0001-example.patch"]
+    work = _pristine_checkout(tree, tmp_path / "work")
+    _quilt_push(folder, work)
+    archive = subprocess.run(["git", "archive", "sglpatch"], cwd=tree, capture_output=True, check=True).stdout
+    (tmp_path / "applied").mkdir()
+    subprocess.run(["tar", "-x", "-C", str(tmp_path / "applied")], input=archive, check=True)
+    _same_files(work, tmp_path / "applied")
+
+
+def test_an_mbox_export_gives_the_locked_tree_with_plain_git_am(applied, tmp_path):
+    project = applied.project
+    tree = project.build_dir / "trees" / "0.1.0"
+    mbox = authoring.export_mbox(project, "0.1.0", tmp_path / "series.mbox")
+    clone = tmp_path / "clone"
+    git(tmp_path, "clone", "-q", str(tree), str(clone))
+    git(clone, "checkout", "-q", "-b", "am", "origin/pristine")
+    git(clone, *USER, "am", "-q", str(mbox))
+    locked = __import__("json").loads(project.lock_file.read_text())["pins"]["0.1.0"]["tree"]
+    assert git(clone, "rev-parse", "HEAD^{tree}").strip() == locked
+
+
+def test_export_refuses_to_overwrite(applied, tmp_path):
+    from sglpatch.errors import SglpatchError
+
+    (tmp_path / "full").mkdir()
+    (tmp_path / "full" / "mine").write_text("x")
+    with pytest.raises(SglpatchError, match="not empty"):
+        authoring.export_quilt(applied.project, "0.1.0", tmp_path / "full")
+    (tmp_path / "taken.mbox").write_text("mine")
+    with pytest.raises(SglpatchError, match="exists"):
+        authoring.export_mbox(applied.project, "0.1.0", tmp_path / "taken.mbox")
+    assert (tmp_path / "taken.mbox").read_text() == "mine"
+
+
+@pytest.mark.network
+def test_the_real_series_of_a_pin_pushes_with_quilt_to_the_locked_tree(project_copy, tmp_path):
+    version = "0.5.14"
+    report = apply_series(project_copy, [version], run_witnesses=False)
+    assert report.ok, report.to_json()
+    folder = authoring.export_quilt(project_copy, version, tmp_path / "patches")
+    work = pristine_subtree(version, tmp_path / "work", path="python")
+    _quilt_push(folder, work)
+    tree = project_copy.build_dir / "trees" / version
+    archive = subprocess.run(["git", "archive", "sglpatch", "python"], cwd=tree, capture_output=True, check=True).stdout
+    (tmp_path / "applied").mkdir()
+    subprocess.run(["tar", "-x", "-C", str(tmp_path / "applied")], input=archive, check=True)
+    _same_files(work, tmp_path / "applied")
