@@ -45,6 +45,12 @@ def _parser() -> argparse.ArgumentParser:
     )
     _witness_mode_arguments(apply)
     apply.add_argument(
+        "--into",
+        type=Path,
+        metavar="CHECKOUT",
+        help="apply to your own sglang checkout (e.g. /sgl-workspace/sglang in the ROCm image) instead of build/trees",
+    )
+    apply.add_argument(
         "--discard-local",
         action="store_true",
         help="drop commits and untracked files of yours in build/trees/<pin> that the applied tree replaces",
@@ -170,6 +176,8 @@ def _matrix_parser(sub) -> None:
 
 
 def _apply(project: Project, args: argparse.Namespace) -> int:
+    if args.into is not None:
+        return _apply_into(project, args)
     report = apply_series(
         project,
         args.pins,
@@ -184,6 +192,20 @@ def _apply(project: Project, args: argparse.Namespace) -> int:
     where = args.json or (args.out or project.build_dir) / "apply-report.json"
     print(render_apply(report, str(where)))
     return 0 if report.ok else 1
+
+
+def _apply_into(project: Project, args: argparse.Namespace) -> int:
+    from sglpatch.into import apply_into
+
+    if len(args.pins) > 1:
+        raise SglpatchError("--into takes at most one pin (default: the checkout's own sglang version)")
+    done = apply_into(project, args.into, args.pins[0] if args.pins else None, allow_unavailable=args.allow_unavailable)
+    print(f"{done.checkout}: the series for sglang {done.version} applied as {done.how}")
+    for commit in done.commits:
+        print(f"  {commit[:12]}")
+    for path in done.files:
+        print(f"  {path}")
+    return 0
 
 
 def _witness(project: Project, args: argparse.Namespace) -> int:
