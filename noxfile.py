@@ -56,7 +56,7 @@ def _hip_toolchain(session: nox.Session) -> None:
     """The pinned HIP toolchain for the rocm-guard witness; without it the witness says it used
     the weaker include-graph check, so a machine that cannot install it still runs everything."""
     try:
-        session.run("bash", "ci/install-hip-toolchain.sh", external=True, silent=True)
+        session.run("bash", "ci/install-hip-toolchain.sh", external=True)
     except nox.command.CommandFailed:
         session.warn("HIP toolchain not installed: rocm-guard falls back to its include-graph level")
 
@@ -65,7 +65,7 @@ def _cpu_env(session: nox.Session) -> None:
     """The CPU Python of the MTP and flags witnesses, built once up front so a failure is named here;
     without it those witnesses answer "unavailable" with pip's reason."""
     try:
-        session.run("sglpatch", "cpu-env", silent=True)
+        session.run("sglpatch", "cpu-env")
     except nox.command.CommandFailed:
         session.warn("CPU witness environment not built: the MTP and flags witnesses will be unavailable")
 

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import unidiff
 
-from sglpatch import cache, diffs
+from sglpatch import cache, diffs, progress
 from sglpatch.errors import SglpatchError
 from sglpatch.gitcmd import IDENTITY_EMAIL, IDENTITY_NAME, git_out, run_git
 from sglpatch.lock import check_entry
@@ -338,7 +338,7 @@ def _apply_all(
     with _Checkouts(tree_path) as checkouts:
         pristine_tree = _tree_of(tree_path, pristine.commit)
         before = {
-            name: witnesses.run_cached(witness, pristine_tree, pin, lambda: checkouts.get(pristine.commit))
+            name: _witnessed(witness, pristine_tree, pin, "pristine", lambda: checkouts.get(pristine.commit))
             for name, witness in checks.items()
             if witness is not None
         }
@@ -347,7 +347,7 @@ def _apply_all(
             witness = checks.get(outcome.name)
             if witness is None or outcome.status in (NOT_NEEDED, NOT_APPLICABLE, *FAILURES):
                 continue
-            after = witnesses.run_cached(witness, result.tree, pin, lambda: checkouts.get(result.commit))
+            after = _witnessed(witness, result.tree, pin, "patched", lambda: checkouts.get(result.commit))
             outcome.witness_after = after.summary()
             if after.state == BUG:
                 outcome.status = WITNESS_FAILED
@@ -414,6 +414,14 @@ def _apply_commits(
         result.tree = git_out(["rev-parse", f"{parent}^{{tree}}"], tree_path)
     finally:
         Path(index_name).unlink(missing_ok=True)
+
+
+def _witnessed(witness, tree_hash: str, pin: Pin, which: str, materialize) -> WitnessResult:
+    """The witness's answer on one tree, shown as a progress step."""
+    with progress.step(f"  {pin.version}: witness {witness.name} on the {which} tree") as shown:
+        result = witnesses.run_cached(witness, tree_hash, pin, materialize)
+        shown.outcome = result.summary()
+    return result
 
 
 def _unavailable(outcome: PatchOutcome, reason: str, allowed: bool) -> None:

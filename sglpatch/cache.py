@@ -98,7 +98,9 @@ def _holder(owner_path: Path) -> str:
 
 
 def _say_waiting(message: str) -> None:
-    print(f"sglpatch: {message}", file=sys.stderr, flush=True)
+    from sglpatch import progress
+
+    progress.note(message)
 
 
 def write_atomically(path: Path, text: str | bytes) -> None:

@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from sglpatch import forward, pyenv, sources, upstream_pr, versions
+from sglpatch import forward, progress, pyenv, sources, upstream_pr, versions
 from sglpatch.check import check_series
 from sglpatch.errors import SglpatchError
 from sglpatch.profile import load_profile
@@ -18,18 +18,23 @@ from sglpatch.report import render_apply, render_witnesses
 def main(argv: list[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
+    progress.configure("quiet" if args.quiet else "auto")
     try:
         needs_project = args.func not in (_quark_mtp_exclude, _profile)
         project = Project.find(args.root) if needs_project else None
         return args.func(project, args)
     except SglpatchError as exc:
+        progress.stop()
         print(f"sglpatch: error: {exc}", file=sys.stderr)
         return 2
+    finally:
+        progress.stop()
 
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="sglpatch", description=__doc__)
     parser.add_argument("--root", type=Path, default=None, help="the project folder (default: found from here)")
+    parser.add_argument("-q", "--quiet", action="store_true", help="no progress display; only results and errors")
     sub = parser.add_subparsers(required=True, metavar="COMMAND")
 
     apply = sub.add_parser("apply", help="apply the series to pinned sglang releases")
@@ -190,6 +195,7 @@ def _apply(project: Project, args: argparse.Namespace) -> int:
         discard_local=args.discard_local,
     )
     where = args.json or (args.out or project.build_dir) / "apply-report.json"
+    progress.stop()
     print(render_apply(report, str(where)))
     return 0 if report.ok else 1
 

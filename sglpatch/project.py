@@ -12,7 +12,7 @@ import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from sglpatch import cache, sources
+from sglpatch import cache, progress, sources
 from sglpatch.apply import PinResult, apply_pin
 from sglpatch.errors import SglpatchError
 from sglpatch.lock import LOCK_FILE
@@ -100,28 +100,24 @@ def apply_series(
     trees = (out_dir or project.build_dir) / "trees"
     trees.mkdir(parents=True, exist_ok=True)
     results = []
-    for pin in selected:
-        try:
-            pristine = (
-                sources.pristine_from_git(pin, git_url) if git_url else sources.pristine_from_index(pin)
+    for number, pin in enumerate(selected, 1):
+        with progress.step(f"sglang {pin.version} ({number}/{len(selected)})") as shown:
+            result = _apply_one_pin(
+                project, pin, series, trees, git_url,
+                update_lock=update_lock, run_witnesses=run_witnesses,
+                allow_unavailable=allow_unavailable, discard_local=discard_local,
             )
-        except SglpatchError as exc:
-            results.append(PinResult(version=pin.version, tree_path=str(trees / pin.version), error=str(exc)))
-            continue
-        results.append(
-            apply_pin(
-                pin,
-                series,
-                pristine,
-                trees,
-                project.lock_file,
-                update_lock=update_lock,
-                run_witnesses=run_witnesses,
-                allow_unavailable=allow_unavailable,
-                discard_local=discard_local,
-            )
-        )
+            shown.outcome = "ok" if result.ok else f"FAILED: {result.error[:160]}"
+        results.append(result)
     report = ApplyReport(series.version, series.digest(), results, status_suggestions(series, results))
     destination = report_path or (out_dir or project.build_dir) / "apply-report.json"
     cache.write_atomically(destination, report.to_json() + "\n")
     return report
+
+
+def _apply_one_pin(project, pin, series, trees, git_url, **options) -> PinResult:
+    try:
+        pristine = sources.pristine_from_git(pin, git_url) if git_url else sources.pristine_from_index(pin)
+    except SglpatchError as exc:
+        return PinResult(version=pin.version, tree_path=str(trees / pin.version), error=str(exc))
+    return apply_pin(pin, series, pristine, trees, project.lock_file, **options)

@@ -25,7 +25,7 @@ from pathlib import Path, PurePosixPath
 
 import git
 
-from sglpatch import cache
+from sglpatch import cache, progress
 from sglpatch import index as package_index
 from sglpatch.index import IndexConfig
 from sglpatch.errors import SglpatchError
@@ -80,9 +80,12 @@ def fetch_artifact(pin: Pin, index: IndexConfig | str | None = None) -> Path:
         try:
             digest = hashlib.sha256()
             with os.fdopen(fd, "wb") as out, config.open(url) as response:
-                while chunk := response.read(1 << 20):
-                    digest.update(chunk)
-                    out.write(chunk)
+                length = response.headers.get("Content-Length") if hasattr(response, "headers") else None
+                with progress.transfer(f"download {pin.artifact}", int(length) if length else None) as shown:
+                    while chunk := response.read(1 << 20):
+                        digest.update(chunk)
+                        out.write(chunk)
+                        shown.advance(len(chunk))
             got = digest.hexdigest()
             if got != pin.sha256:
                 raise SglpatchError(
