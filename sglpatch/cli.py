@@ -236,13 +236,14 @@ def _pins(project: Project, args: argparse.Namespace) -> int:
 
 
 def _matrix_run(project: Project, args: argparse.Namespace) -> int:
-    from sglpatch import matrix, results
+    from sglpatch import matrix
+    from sglpatch.matrix import records as results
 
     cell = matrix.Cell(args.tier, args.check, args.pin.removeprefix("v"), args.depth)
     if args.tier == "cpu":
         record = matrix.run_cpu_cell(project, cell, use_cache=not args.no_cache)
     else:
-        from sglpatch import rocm_tier
+        from sglpatch.matrix import rocm as rocm_tier
 
         options = rocm_tier.RocmOptions(base_image=args.image, model=args.model, server_timeout=args.server_timeout)
         if args.hf_cache:
@@ -277,7 +278,7 @@ def _matrix_cells(project: Project, args: argparse.Namespace) -> int:
 
 
 def _matrix_report(project: Project, args: argparse.Namespace) -> int:
-    from sglpatch import results
+    from sglpatch.matrix import records as results
 
     folder = args.records or project.build_dir / "matrix" / "records"
     table = results.render_markdown(results.read_records(folder))

@@ -18,7 +18,7 @@ from sglpatch import matrix
 from sglpatch.cli import main
 from sglpatch.pins import load_pins
 from sglpatch.profile import load_profile
-from sglpatch.results import FAILED, PARTIAL, PASSED, SKIPPED, CellRecord, Part, combine, read_records, render_markdown, write_record
+from sglpatch.matrix.records import FAILED, PARTIAL, PASSED, SKIPPED, CellRecord, Part, combine, read_records, render_markdown, write_record
 
 PINS = load_pins(REPO_ROOT / "upstream" / "pins.toml")
 WORKFLOW = REPO_ROOT / "ci" / "workflows" / "matrix.yml"
@@ -140,7 +140,7 @@ def test_a_cell_passes_only_when_every_part_passed():
 
 
 def test_a_cell_that_could_not_run_everything_fails_only_where_ci_requires_it():
-    from sglpatch.results import failing
+    from sglpatch.matrix.records import failing
 
     assert failing(_record("0.5.14", "build", FAILED))
     for outcome in (PARTIAL, SKIPPED):

@@ -6,9 +6,11 @@ import json
 import py_compile
 from pathlib import Path
 
-from sglpatch import containers, matrix, rocm_tier
-from sglpatch.containers import ContainerRun
-from sglpatch.results import FAILED, PASSED, CellRecord
+from sglpatch import matrix
+from sglpatch.matrix import containers
+from sglpatch.matrix import rocm as rocm_tier
+from sglpatch.matrix.containers import ContainerRun
+from sglpatch.matrix.records import FAILED, PASSED, CellRecord
 
 
 def _judge(cell: matrix.Cell, figures: dict | None, exit_code: int = 0, **run) -> CellRecord:

@@ -2,7 +2,7 @@
 
 Per cell: build (or reuse, through the engine's layer cache) the pin's patched image, run the
 check's script in a container with sglang's AMD CI GPU flags, and judge the figures it prints
-against the same check definitions the CPU tier uses (``sglpatch.matrix.CHECKS``). Without a
+against the same check definitions the CPU tier uses (``sglpatch.matrix.cells.CHECKS``). Without a
 docker engine or without ``/dev/kfd`` a cell is recorded as skipped, with the reason -- never as a
 failure of a machine that cannot run it.
 """
@@ -15,14 +15,15 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from sglpatch import containers
-from sglpatch.errors import SglpatchError
-from sglpatch.matrix import PROFILE, Cell, PinUnderTest, depth_argv, last_json, matrix_dir, prepare_pin, validate_cell
+from sglpatch.errors import SglpatchError, Unavailable
+from sglpatch.matrix import containers
+from sglpatch.matrix.cells import PROFILE, Cell, depth_argv, matrix_dir, validate_cell
+from sglpatch.matrix.pin import PinUnderTest, prepare_pin
+from sglpatch.matrix.records import FAILED, PASSED, SKIPPED, CellRecord, Part, cell_id, combine, last_json, write_record
 from sglpatch.profile import load_profile
 from sglpatch.project import Project
-from sglpatch.results import FAILED, PASSED, SKIPPED, CellRecord, Part, cell_id, combine, write_record
 
-CHECK_SCRIPTS = Path(__file__).parent / "rocm_checks"
+CHECK_SCRIPTS = Path(__file__).parent.parent / "rocm_checks"
 KFD = Path("/dev/kfd")
 IMAGE_ENV = "SGLPATCH_ROCM_IMAGE"  # a base image for every pin; "{version}" is replaced by the pin
 STATE_INSIDE = "/sglpatch-state"
@@ -60,7 +61,7 @@ def unavailable_reason(options: RocmOptions):
         return f"no AMD GPU here: {KFD} does not exist (the ROCm tier needs a ROCm runner)", None
     try:
         return None, containers.connect(options.docker_url)
-    except containers.EngineUnavailable as exc:
+    except Unavailable as exc:
         return str(exc), None
 
 
