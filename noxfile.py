@@ -14,6 +14,13 @@ The test matrix (README "Test matrix"): one session per cell, tagged by the tier
                                  they skip, saying why, where there is no engine or no /dev/kfd
     nox -s "spec(cpu, 0.5.14, 5)"  one cell; nox -l lists them all
     nox -s report                the matrix table from the records in build/matrix/records
+
+The bench (README "Bench"), on ROCm nodes: tagged rocm and bench, skipping here with the reason.
+
+    nox -t bench                 bench(rocm, PIN, serving|single-stream) and accuracy(rocm, PIN)
+    nox -s "bench(rocm, 0.5.23, serving)"   the write-up's sweep: table with tok/s/W, and the plot
+    nox -s "tune-moe(rocm, 0.5.23)"         aiter's MoE tuner for the shapes found untuned
+    nox -s bench-report          the bench table and plots from build/bench/records
 """
 
 from __future__ import annotations
@@ -193,3 +200,51 @@ def spec(session: nox.Session, tier: str, pin: str, depth: int) -> None:
 def report(session: nox.Session) -> None:
     """Render the matrix table (markdown) from the cell records; -- --records DIR for CI artifacts."""
     session.run(_matrix_python(session), "-m", "sglpatch", "matrix", "report", *session.posargs, external=True)
+
+
+# -- the bench (README "Bench"): the write-up's workloads and the accuracy gate on ROCm nodes ----
+# Tagged rocm and bench; they skip, saying why, where there is no docker engine or no /dev/kfd.
+
+BENCH_WORKLOADS = ("serving", "single-stream")
+
+
+def _rocm_door(session: nox.Session, args: list[str], name: str) -> None:
+    """Run one ``sglpatch bench`` command; a skip (no engine, no GPU) is reported as a nox skip."""
+    python = _matrix_python(session)
+    record = ROOT / ".nox" / "bench-sessions" / f"{name}.json"
+    record.unlink(missing_ok=True)
+    session.run(python, "-m", "sglpatch", "bench", *args, "--record", str(record), *session.posargs, external=True)
+    outcome = json.loads(record.read_text())
+    if outcome["outcome"] == "skipped":
+        session.skip(outcome["reason"])
+
+
+@nox.session(venv_backend="none", default=False)
+@nox.parametrize(
+    ["tier", "pin", "workload"],
+    [nox.param("rocm", pin, workload, id=f"rocm, {pin}, {workload}", tags=["rocm", "bench"])
+     for pin in PINS for workload in BENCH_WORKLOADS],
+)
+def bench(session: nox.Session, tier: str, pin: str, workload: str) -> None:
+    """Bench: the write-up's workload with the pin's own client in the patched image; tok/s, TTFT, power, table, plot."""
+    _rocm_door(session, ["run", workload, pin], f"bench-{workload}-{pin}")
+
+
+@nox.session(venv_backend="none", default=False)
+@nox.parametrize(["tier", "pin"], [nox.param("rocm", pin, id=f"rocm, {pin}", tags=["rocm", "bench"]) for pin in PINS])
+def accuracy(session: nox.Session, tier: str, pin: str) -> None:
+    """Gate: GSM8K >= 0.935 and accept length >= 5.0 (sglang's AMD CI floors) on the patched image, MTP 5/1/6."""
+    _rocm_door(session, ["accuracy", pin], f"rocm-accuracy-{pin}")
+
+
+@nox.session(name="tune-moe", venv_backend="none", default=False)
+@nox.parametrize(["tier", "pin"], [nox.param("rocm", pin, id=f"rocm, {pin}", tags=["tune"]) for pin in PINS])
+def tune_moe(session: nox.Session, tier: str, pin: str) -> None:
+    """aiter's MoE tuner, in the image, for the shapes the serving bench found untuned; writes the profile's config."""
+    session.run(_matrix_python(session), "-m", "sglpatch", "bench", "tune-moe", pin, *session.posargs, external=True)
+
+
+@nox.session(name="bench-report", venv_backend="none")
+def bench_report(session: nox.Session) -> None:
+    """Render the bench table and plots from build/bench/records; -- --records DIR for CI artifacts."""
+    session.run(_matrix_python(session), "-m", "sglpatch", "bench", "report", *session.posargs, external=True)

@@ -1,51 +1,47 @@
-"""Print a GitHub Actions job matrix of the nox sessions with a tag, for $GITHUB_OUTPUT.
+"""Print the ROCm CI plan of an event as a GitHub Actions job matrix, for $GITHUB_OUTPUT.
 
-    python ci/matrix_cells.py rocm >> "$GITHUB_OUTPUT"
+    python ci/matrix_cells.py pr --base origin/main >> "$GITHUB_OUTPUT"
 
-writes ``cells=<JSON>``: {"include": [{"session": "spec(rocm, 0.5.14, 5)", "id": "rocm-spec-0.5.14-d5"}, ...]}
--- exactly what ``nox -l --json -t TAG`` lists, each with a name fit for an artifact -- and
-``runner=<JSON list of runner labels>`` from $SGLPATCH_ROCM_RUNNER (default: self-hosted,
-linux-mi35x-gpu-8).
+writes ``jobs=<JSON>``: {"include": [{"id": "rocm-0.5.23", "pin": "0.5.23", "sessions": "[...]",
+"node_hours": 3.7}, ...]} -- one job per pin, from ``sglpatch.matrix.plan`` -- and ``runner=<JSON list
+of runner labels>`` from $SGLPATCH_ROCM_RUNNER (default: self-hosted, linux-mi35x-gpu-8).
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
-import subprocess
 import sys
+from pathlib import Path
 
-DEFAULT_RUNNER = ["self-hosted", "linux-mi35x-gpu-8"]
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
 
-
-def cells(tag: str) -> list[dict[str, str]]:
-    listing = subprocess.run(
-        [sys.executable, "-m", "nox", "-l", "--json", "-t", tag], capture_output=True, text=True, check=True
-    ).stdout
-    out = []
-    for session in json.loads(listing):
-        spec = session.get("call_spec") or {}
-        parts = [spec.get("tier", tag), session["name"], spec.get("pin", "")]
-        if spec.get("depth") is not None:
-            parts.append(f"d{spec['depth']}")
-        out.append({"session": session["session"], "id": "-".join(p for p in parts if p)})
-    return out
+from sglpatch.matrix import plan  # noqa: E402
+from sglpatch.project import Project  # noqa: E402
 
 
 def runner_labels() -> list[str]:
     configured = os.environ.get("SGLPATCH_ROCM_RUNNER", "").strip()
     if not configured:
-        return DEFAULT_RUNNER
+        return plan.DEFAULT_RUNNER
     if configured.startswith("["):
         return json.loads(configured)
     return [label.strip() for label in configured.split(",") if label.strip()]
 
 
-def main(tag: str) -> int:
-    print(f"cells={json.dumps({'include': cells(tag)}, separators=(',', ':'))}")
-    print(f"runner={json.dumps(runner_labels(), separators=(',', ':'))}")
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("event", choices=plan.EVENTS, nargs="?", default="pr")
+    parser.add_argument("--base", help="a pull request's base ref: the pins whose renditions changed since it")
+    args = parser.parse_args(argv)
+    project = Project(ROOT)
+    changed = plan.git_changed_files(ROOT, args.base) if args.base else []
+    jobs = plan.plan(project, args.event, changed_files=changed, records_dir=ROOT / "build" / "matrix" / "records")
+    sys.stdout.write(plan.github_outputs(jobs, runner_labels()))
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1] if len(sys.argv) > 1 else "rocm"))
+    sys.exit(main(sys.argv[1:]))

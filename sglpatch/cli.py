@@ -141,6 +141,7 @@ def _parser() -> argparse.ArgumentParser:
     cpu_env.set_defaults(func=_cpu_env)
 
     _matrix_parser(sub)
+    _bench_parser(sub)
     return parser
 
 
@@ -150,6 +151,122 @@ def _witness_mode_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="a witness that cannot run here does not fail the pin; every such line says UNPROVEN",
     )
+
+
+def _rocm_options(parser) -> None:
+    parser.add_argument("--image", help="base image for the pin ({version} is replaced; default: the pin's rocm_image)")
+    parser.add_argument("--model", help="the model folder (default: the profile's, or $SGLPATCH_MODEL)")
+    parser.add_argument("--hf-cache", type=Path, help="the Hugging Face cache to mount (default: $HF_HOME or ~/.cache/huggingface)")
+    parser.add_argument("--server-timeout", type=int, default=2400, help="seconds for a server to become healthy")
+
+
+def _options_from(args):
+    from sglpatch.matrix import rocm as rocm_tier
+
+    options = rocm_tier.RocmOptions(base_image=args.image, model=args.model, server_timeout=args.server_timeout)
+    if args.hf_cache:
+        options.hf_cache = args.hf_cache
+    return options
+
+
+def _bench_parser(sub) -> None:
+    """``sglpatch bench``: the write-up's workloads on a ROCm node, the gate, and their reports."""
+    from sglpatch.bench.workloads import WORKLOADS
+
+    parser = sub.add_parser("bench", help="the bench: run a workload, the accuracy gate, MoE tuning, report, compare")
+    actions = parser.add_subparsers(required=True, metavar="ACTION")
+    run = actions.add_parser("run", help="measure a workload on a pin in its patched ROCm image")
+    run.add_argument("workload", choices=WORKLOADS)
+    run.add_argument("pin")
+    run.add_argument("--pristine", action="store_true", help="the released image without the series (for compare)")
+    run.add_argument("--record", type=Path, help="also write a summary here (nox reads it to report a skip)")
+    _rocm_options(run)
+    run.set_defaults(func=_bench_run)
+    gate = actions.add_parser("accuracy", help="GSM8K and accept length of the patched image, with sglang's AMD CI floors")
+    gate.add_argument("pin")
+    gate.add_argument("--record", type=Path, help="also write the record here")
+    _rocm_options(gate)
+    gate.set_defaults(func=_bench_accuracy)
+    tune = actions.add_parser("tune-moe", help="aiter's MoE tuner for the shapes the serving bench found untuned")
+    tune.add_argument("pin")
+    _rocm_options(tune)
+    tune.set_defaults(func=_bench_tune_moe)
+    show = actions.add_parser("report", help="render the bench table (and plots) from records")
+    show.add_argument("--records", type=Path, help="folder of records (default: build/bench/records)")
+    show.add_argument("--out", type=Path, help="where the markdown and plots go (default: build/bench/)")
+    show.set_defaults(func=_bench_report)
+    compare = actions.add_parser("compare", help="per-figure ratios B / A between two folders of bench records")
+    compare.add_argument("a", type=Path, help="records A (e.g. the pristine image's)")
+    compare.add_argument("b", type=Path, help="records B (e.g. the patched image's)")
+    compare.set_defaults(func=_bench_compare)
+
+
+def _bench_run(project: Project, args: argparse.Namespace) -> int:
+    import json as _json
+
+    from sglpatch.bench import rocm as bench_rocm
+    from sglpatch.matrix import records as results
+
+    records = bench_rocm.run_bench(project, args.pin.removeprefix("v"), args.workload, _options_from(args), pristine=args.pristine)
+    for record in records:
+        print(f"bench {record.workload} on sglang {record.pin} ({record.variant}): {record.outcome}")
+        for part in record.parts:
+            print(f"  {part.outcome:<8} {part.name}: {part.detail}")
+    print(f"  records: {bench_rocm.bench_dir(project) / 'records'}  table: {bench_rocm.bench_dir(project) / 'bench.md'}")
+    if args.record:
+        outcome = "skipped" if all(r.outcome == results.SKIPPED for r in records) else (
+            "failed" if any(r.outcome == results.FAILED for r in records) else "passed")
+        args.record.parent.mkdir(parents=True, exist_ok=True)
+        args.record.write_text(_json.dumps({"outcome": outcome, "reason": "; ".join(sorted({r.reason for r in records if r.reason}))}))
+    return 1 if any(r.outcome == results.FAILED for r in records) else 0
+
+
+def _bench_accuracy(project: Project, args: argparse.Namespace) -> int:
+    from sglpatch.bench import rocm as bench_rocm
+    from sglpatch.matrix import records as results
+
+    record = bench_rocm.run_accuracy(project, args.pin.removeprefix("v"), _options_from(args))
+    print(f"accuracy on sglang {record.pin}: {record.outcome}")
+    for part in record.parts:
+        print(f"  {part.outcome:<8} {part.name}: {part.detail}")
+    if args.record:
+        results.write_record(record, args.record.parent)
+        written = args.record.parent / f"{record.cell_id}.json"
+        if written != args.record:
+            written.replace(args.record)
+    return 1 if results.failing(record) else 0
+
+
+def _bench_tune_moe(project: Project, args: argparse.Namespace) -> int:
+    from sglpatch.bench import rocm as bench_rocm
+
+    written = bench_rocm.run_tune_moe(project, args.pin.removeprefix("v"), _options_from(args))
+    print(f"tuned MoE config written to {written}; review and commit it (the profile names it)")
+    return 0
+
+
+def _bench_report(project: Project, args: argparse.Namespace) -> int:
+    from sglpatch.bench import report
+    from sglpatch.bench.records import read_bench_records
+
+    out = args.out or project.build_dir / "bench"
+    records = read_bench_records(args.records or project.build_dir / "bench" / "records")
+    table = report.render_bench_markdown(records)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "bench.md").write_text(table)
+    plots = [report.plot_serving(r, out / f"{r.record_id}.png") for r in records
+             if r.workload == "serving" and any(run.get("figures") for run in r.runs)]
+    print(table)
+    print(f"written to {out / 'bench.md'}" + (f" and {len(plots)} plot(s)" if plots else ""))
+    return 0
+
+
+def _bench_compare(project: Project, args: argparse.Namespace) -> int:
+    from sglpatch.bench import compare
+    from sglpatch.bench.records import read_bench_records
+
+    print(compare.render(compare.compare(read_bench_records(args.a), read_bench_records(args.b))))
+    return 0
 
 
 def _matrix_parser(sub) -> None:
@@ -178,6 +295,13 @@ def _matrix_parser(sub) -> None:
     report.add_argument("--records", type=Path, help="folder of records (default: build/matrix/records)")
     report.add_argument("--out", type=Path, help="also write the markdown here (default: build/matrix/matrix.md)")
     report.set_defaults(func=_matrix_report)
+    plan = actions.add_parser("plan", help="the ROCm CI jobs for an event and their estimated node-hours")
+    plan.add_argument("--event", choices=("pr", "nightly", "weekly"), default="pr")
+    plan.add_argument("--base", help="pr: the base ref; the pins whose patch renditions changed since it")
+    plan.add_argument("--changed", nargs="*", default=[], help="pr: changed files (instead of --base)")
+    plan.add_argument("--records", type=Path, help="records with durations (default: build/matrix/records)")
+    plan.add_argument("--write-workflow", type=Path, help="write the GitHub Actions workflow generated from the plan here")
+    plan.set_defaults(func=_matrix_plan)
 
 
 def _apply(project: Project, args: argparse.Namespace) -> int:
@@ -338,18 +462,16 @@ def _pins(project: Project, args: argparse.Namespace) -> int:
 
 
 def _matrix_run(project: Project, args: argparse.Namespace) -> int:
-    from sglpatch import matrix, results
+    from sglpatch import matrix
+    from sglpatch.matrix import records as results
 
     cell = matrix.Cell(args.tier, args.check, args.pin.removeprefix("v"), args.depth)
     if args.tier == "cpu":
         record = matrix.run_cpu_cell(project, cell, use_cache=not args.no_cache)
     else:
-        from sglpatch import rocm_tier
+        from sglpatch.matrix import rocm as rocm_tier
 
-        options = rocm_tier.RocmOptions(base_image=args.image, model=args.model, server_timeout=args.server_timeout)
-        if args.hf_cache:
-            options.hf_cache = args.hf_cache
-        record = rocm_tier.run_rocm_cell(project, cell, options)
+        record = rocm_tier.run_rocm_cell(project, cell, _options_from(args))
     cached = " (cached)" if record.cached else ""
     print(f"{cell.label}: {record.outcome}{cached} in {record.seconds:.1f} s")
     for part in record.parts:
@@ -380,7 +502,7 @@ def _matrix_cells(project: Project, args: argparse.Namespace) -> int:
 
 
 def _matrix_report(project: Project, args: argparse.Namespace) -> int:
-    from sglpatch import results
+    from sglpatch.matrix import records as results
 
     folder = args.records or project.build_dir / "matrix" / "records"
     table = results.render_markdown(results.read_records(folder))
@@ -389,6 +511,26 @@ def _matrix_report(project: Project, args: argparse.Namespace) -> int:
     destination.write_text(table)
     print(table)
     print(f"written to {destination}")
+    return 0
+
+
+def _matrix_plan(project: Project, args: argparse.Namespace) -> int:
+    from sglpatch.matrix import plan, workflow
+
+    if args.write_workflow:
+        args.write_workflow.parent.mkdir(parents=True, exist_ok=True)
+        args.write_workflow.write_text(workflow.workflow_yaml())
+        print(f"workflow written to {args.write_workflow}")
+        return 0
+    changed = list(args.changed)
+    if args.base:
+        try:
+            changed += plan.git_changed_files(project.root, args.base)
+        except ValueError as exc:
+            raise SglpatchError(str(exc)) from None
+    jobs = plan.plan(project, args.event, changed_files=changed,
+                     records_dir=args.records or project.build_dir / "matrix" / "records")
+    print(plan.render(jobs, args.event))
     return 0
 
 

@@ -1,7 +1,10 @@
 """Launch profiles: the full, versioned flag set for serving a model with the patched sglang.
 
 A profile is a TOML file in ``sglpatch/profiles/``: environment, ``sglang.launch_server`` flags,
-and the model. The test matrix reads it; ``sglpatch profile NAME`` prints it for people.
+the model and its quantization, the workload it is tuned for, variants of it the bench also runs
+(``[variants.NAME]``: flags to unset or set), and optionally a tuned aiter MoE config file kept beside
+it (read by aiter through ``AITER_CONFIG_FMOE``). The test matrix and the bench read it;
+``sglpatch profile NAME`` prints it for people.
 """
 
 from __future__ import annotations
@@ -10,7 +13,7 @@ import os
 import re
 import shlex
 import tomllib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from sglpatch.errors import SglpatchError
@@ -30,6 +33,28 @@ class Profile:
     env: dict[str, str]
     server: dict[str, object]
     path: Path
+    quantization: str = ""
+    workload: str = ""  # the bench workload the profile is tuned for: "serving" or "single-stream"
+    variants: dict[str, dict] = field(default_factory=dict)  # name -> {"unset": [flags], "set": {flag: value}}
+    tuned_moe_config: str = ""  # a file beside the profile, for AITER_CONFIG_FMOE; "" for none
+
+    def variant(self, name: str) -> "Profile":
+        """The profile with a variant's flags unset or set; "as-shipped" is the profile itself."""
+        if name == "as-shipped":
+            return self
+        if name not in self.variants:
+            raise SglpatchError(f"{self.path}: no variant {name!r}; variants: as-shipped, {', '.join(self.variants)}")
+        change = self.variants[name]
+        server = {k: v for k, v in self.server.items() if k not in change.get("unset", [])}
+        server.update(change.get("set", {}))
+        return Profile(**{**self.__dict__, "server": server, "variants": {}})
+
+    def moe_config_path(self) -> Path | None:
+        """The tuned MoE config the profile names, where it exists (a tuning run writes it)."""
+        if not self.tuned_moe_config:
+            return None
+        path = self.path.parent / self.tuned_moe_config
+        return path if path.is_file() else None
 
     def with_depth(self, depth: int) -> "Profile":
         """Speculative depth d: EAGLE with d steps, top-k 1 and d + 1 draft tokens."""
@@ -99,4 +124,8 @@ def load_profile(name: str) -> Profile:
         env={key: str(value) for key, value in data.get("env", {}).items()},
         server=dict(data["server"]),
         path=path,
+        quantization=str(data.get("quantization", "")),
+        workload=str(data.get("workload", "")),
+        variants={name: dict(change) for name, change in data.get("variants", {}).items()},
+        tuned_moe_config=str(data.get("tuned_moe_config", "")),
     )

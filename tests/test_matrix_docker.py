@@ -19,9 +19,11 @@ import pytest
 
 from conftest import AUTHOR_ENV, REPO_ROOT, git
 from docker_engine import EngineCannotStart, local_engine, standin_base_image
-from sglpatch import containers, matrix, rocm_tier
+from sglpatch import matrix
+from sglpatch.matrix import containers
+from sglpatch.matrix import rocm as rocm_tier
 from sglpatch.project import Project
-from sglpatch.results import SKIPPED
+from sglpatch.matrix.records import SKIPPED
 
 pytestmark = pytest.mark.network  # the real pin's pristine tree comes from the package index
 

@@ -6,9 +6,11 @@ import json
 import py_compile
 from pathlib import Path
 
-from sglpatch import containers, matrix, rocm_tier
-from sglpatch.containers import ContainerRun
-from sglpatch.results import FAILED, PASSED, CellRecord
+from sglpatch import matrix
+from sglpatch.matrix import containers
+from sglpatch.matrix import rocm as rocm_tier
+from sglpatch.matrix.containers import ContainerRun
+from sglpatch.matrix.records import FAILED, PASSED, CellRecord
 
 
 def _judge(cell: matrix.Cell, figures: dict | None, exit_code: int = 0, **run) -> CellRecord:
@@ -20,7 +22,7 @@ def _judge(cell: matrix.Cell, figures: dict | None, exit_code: int = 0, **run) -
 
 def _spec_figures(**overrides) -> dict:
     figures = {
-        "healthy_s": 312.0, "mismatch_lines": [], "accept_length": 3.4, "decode_tok_s": 205.0,
+        "healthy_s": 312.0, "mismatch_lines": [], "accept_length": 5.2, "decode_tok_s": 205.0,
         "depth3_decode_tok_s": 180.0, "burst_completed": 32, "burst_errors": [],
         "prefix_match": [1.0, 1.0, 0.8, 1.0], "exact_match": 3, "gpu": "AMD Instinct MI355X",
     }
@@ -47,11 +49,26 @@ def test_a_missing_rocm_guard_shows_as_collapsed_decode_speed_and_fails():
 def test_accept_length_is_judged_against_the_floor_of_its_depth():
     floor = rocm_tier.ACCEPT_LENGTH_FLOORS[6]
     low = _judge(matrix.Cell("rocm", "spec", "0.5.14", 6), _spec_figures(accept_length=floor - 0.01))
-    assert _outcomes(low)[f"accept length above {floor}"] == FAILED
+    assert _outcomes(low)[f"accept length at least {floor}"] == FAILED
     missing = _judge(matrix.Cell("rocm", "spec", "0.5.14", 6), _spec_figures(accept_length=None))
-    assert _outcomes(missing)[f"accept length above {floor}"] == FAILED
+    assert _outcomes(missing)[f"accept length at least {floor}"] == FAILED
     assert sorted(rocm_tier.ACCEPT_LENGTH_FLOORS) == list(matrix.DEPTHS)
     assert all(rocm_tier.ACCEPT_LENGTH_FLOORS[d] < d + 1 for d in matrix.DEPTHS)  # at most d + 1 per step
+
+
+def test_the_depth_5_floor_is_sglangs_own_amd_ci_figure_and_the_others_follow_from_it():
+    assert rocm_tier.ACCEPT_LENGTH_FLOORS[5] == 5.0
+    floors = [rocm_tier.ACCEPT_LENGTH_FLOORS[d] for d in matrix.DEPTHS]
+    assert floors == sorted(floors) and floors[0] > 1.0
+    at_ci = _judge(matrix.Cell("rocm", "spec", "0.5.23", 5), _spec_figures(accept_length=4.99))
+    assert _outcomes(at_ci)["accept length at least 5.0"] == FAILED
+
+
+def test_greedy_outputs_that_diverge_from_the_non_speculative_run_fail():
+    record = _judge(matrix.Cell("rocm", "spec", "0.5.14", 5), _spec_figures(prefix_match=[1.0, 0.2, 0.3, 0.5], exact_match=1))
+    assert _outcomes(record)["greedy outputs against the non-speculative run"] == FAILED
+    same = _judge(matrix.Cell("rocm", "spec", "0.5.14", 5), _spec_figures())
+    assert _outcomes(same)["greedy outputs against the non-speculative run"] == PASSED
 
 
 def test_a_burst_with_a_lost_request_and_a_shape_mismatch_fail():
@@ -104,9 +121,13 @@ def test_the_in_container_checks_compile_with_the_standard_library_only(tmp_path
         py_compile.compile(str(script), cfile=str(tmp_path / (script.name + "c")), doraise=True)
         imports = {line.split()[1].split(".")[0] for line in script.read_text().splitlines()
                    if line.startswith(("import ", "from ")) and not line.startswith("from __future__")}
+        # sglpatch only as the host-side import of the sibling modules, with a fallback to them.
         assert imports <= {"json", "os", "re", "signal", "subprocess", "sys", "threading", "time", "urllib",
-                           "pathlib", "importlib", "traceback"}, (script.name, imports)
-    assert {p.name for p in rocm_tier.CHECK_SCRIPTS.glob("*.py")} == {"build_check.py", "serve_check.py"}
+                           "pathlib", "importlib", "traceback", "math", "shlex", "shutil", "sglpatch",
+                           "bench_metrics", "power", "serve_check"}, (script.name, imports)
+    assert {p.name for p in rocm_tier.CHECK_SCRIPTS.glob("*.py")} == {
+        "__init__.py", "build_check.py", "serve_check.py", "bench_run.py", "bench_metrics.py", "power.py",
+        "accuracy_check.py", "tune_moe.py"}
 
 
 def test_serve_check_compares_greedy_outputs_by_prefix():

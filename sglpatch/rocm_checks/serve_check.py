@@ -52,12 +52,13 @@ def get(path: str, timeout: float = 10) -> tuple[int, bytes]:
 
 
 class Server:
-    def __init__(self, argv: list[str], log: Path, timeout: float):
+    def __init__(self, argv: list[str], log: Path, timeout: float, env: dict | None = None):
         self.log_path = log
         self.log = open(log, "w")
         command = [sys.executable, "-m", "sglang.launch_server", *argv, "--host", "127.0.0.1", "--port", str(PORT)]
         print("$ " + " ".join(command), flush=True)
-        self.process = subprocess.Popen(command, stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True)
+        self.process = subprocess.Popen(command, stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True,
+                                        env={**os.environ, **(env or {})})
         self.started = time.monotonic()
         self.healthy_after = self.wait_healthy(timeout)
 

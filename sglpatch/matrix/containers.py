@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from sglpatch.errors import SglpatchError
+from sglpatch.errors import SglpatchError, Unavailable
 
 CHECKOUT = "/sgl-workspace/sglang"
 TOOLS_DIR = "/opt/sglpatch"
@@ -75,22 +75,18 @@ echo "sglpatch: series applied"
 """
 
 
-class EngineUnavailable(Exception):
-    """No docker engine can be used here; the message says why."""
-
-
 def connect(base_url: str | None = None, timeout: int = 600):
-    """A client for the engine, pinged; raises EngineUnavailable with the reason otherwise."""
+    """A client for the engine, pinged; raises ``Unavailable`` with the reason otherwise."""
     try:
         import docker
     except ImportError:
-        raise EngineUnavailable("the docker Python SDK is not installed (pip install docker)") from None
+        raise Unavailable("the docker Python SDK is not installed (pip install docker)") from None
     try:
         client = docker.DockerClient(base_url=base_url, timeout=timeout) if base_url else docker.from_env(timeout=timeout)
         client.ping()
     except Exception as exc:  # the SDK raises DockerException, requests and socket errors alike
         where = base_url or os.environ.get("DOCKER_HOST") or "the default socket"
-        raise EngineUnavailable(f"no docker engine at {where}: {str(exc)[:200]}") from None
+        raise Unavailable(f"no docker engine at {where}: {str(exc)[:200]}") from None
     return client
 
 

@@ -1,4 +1,4 @@
-"""Test-matrix results: one JSON record per cell, and the markdown table rendered from them.
+"""Test-matrix records: one JSON record per cell, and the markdown table rendered from them.
 
 A record is self-describing (pin, series version and hash, image digest, GPU, check, outcome,
 figures, log path), so the table can be rebuilt from a folder of records alone -- for example from
@@ -167,3 +167,15 @@ def _column_order(column: str) -> tuple[int, int]:
     if column.startswith("spec d"):
         return (2, int(column.removeprefix("spec d")))
     return ({"build": 0, "load": 1}.get(column, 3), 0)
+
+
+def last_json(stdout: str) -> dict | None:
+    """The last line of a probe's or check script's output that is a JSON object."""
+    for line in reversed(stdout.splitlines()):
+        line = line.strip()
+        if line.startswith("{"):
+            try:
+                return json.loads(line)
+            except ValueError:
+                continue
+    return None

@@ -1,0 +1,120 @@
+"""The CPU tier: runs a cell's check here, on the real code of the patched pin, and records it.
+
+Compile witnesses, the pin's own Python imported under HIP emulation, its ``ServerArgs`` and
+quantization resolution (the checks are in ``cpu_checks``). CPU cells are cached by the patched and
+pristine tree hashes and the code that checks them, so a warm re-run of the whole tier costs seconds.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from pathlib import Path
+
+from sglpatch import cache, pyenv
+from sglpatch.errors import SglpatchError
+from sglpatch.matrix.cells import DEPTHS, Cell, matrix_dir, validate_cell
+from sglpatch.matrix.cpu_checks import build_cell, load_cell, spec_cells
+from sglpatch.matrix.pin import PinUnderTest, prepare_pin, remove_checkouts
+from sglpatch.matrix.records import FAILED, PASSED, SKIPPED, CellRecord, Part, cell_id, combine, write_atomically, write_record
+from sglpatch.project import Project
+
+# Bump when what a CPU cell checks changes in a way the hashed sources below do not show.
+CPU_TIER_VERSION = "1"
+_CHECKING_CODE = ("cells.py", "pin.py", "kernels.py", "cpu.py", "cpu_checks.py")
+
+
+def _code_digest() -> str:
+    """What checks a CPU cell: the matrix modules that run it, the child-side probes and the
+    witnesses. A change re-runs the cells."""
+    digest = hashlib.sha256(CPU_TIER_VERSION.encode())
+    here = Path(__file__).parent
+    paths = [here / name for name in _CHECKING_CODE]
+    if pyenv.PROBES.is_dir():
+        paths += sorted(pyenv.PROBES.rglob("*.py"))
+    for name in ("mtp_exclude.py", "rocm_flags.py", "rocm_guard.py"):
+        paths.append(here.parent / "witnesses" / name)
+    for path in paths:
+        if path.is_file():
+            digest.update(path.name.encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()[:16]
+
+
+def _cache_entry(put: PinUnderTest, cell: Cell) -> Path:
+    key = f"{cell.check}-{cell.pin}-{cell.depth}-{put.patched_tree}-{put.pristine_tree}-{_code_digest()}"
+    name = hashlib.sha256(key.encode()).hexdigest()[:32]
+    return cache.cache_root() / "matrix" / "cpu" / f"{cell.check}-{cell.pin}-{cell.depth or 0}-{name}.json"
+
+
+def run_cpu_cell(project: Project, cell: Cell, *, use_cache: bool = True) -> CellRecord:
+    """Run one CPU cell (spec runs every depth of the pin at once and caches each) and write its
+    record and log under ``build/matrix``."""
+    validate_cell(cell)
+    started = time.monotonic()
+    out = matrix_dir(project)
+    log_path = out / "logs" / f"{cell_id(cell.tier, cell.check, cell.pin, cell.depth)}.log"
+    try:
+        put = prepare_pin(project, cell.pin)
+    except SglpatchError as exc:
+        series = project.series()
+        record = CellRecord(cell.tier, cell.check, cell.pin, cell.depth, series.version, series.digest(),
+                            FAILED, reason=str(exc), parts=[Part("apply the series", FAILED, str(exc))])
+        return _finish(record, out, log_path, started, [str(exc)])
+    entry = _cache_entry(put, cell)
+    if use_cache and entry.is_file():
+        try:
+            record = CellRecord.from_dict(json.loads(entry.read_text()))
+            record.cached = True
+            return _finish(record, out, log_path, started, None)
+        except (ValueError, TypeError):
+            entry.unlink(missing_ok=True)
+    try:
+        record, log = _run_fresh(put, cell, entry)
+    finally:
+        remove_checkouts()
+    return _finish(record, out, log_path, started, log)
+
+
+def _run_fresh(put: PinUnderTest, cell: Cell, entry: Path) -> tuple[CellRecord, list[str]]:
+    if cell.check == "spec":
+        records = {depth: _new_record(Cell(cell.tier, "spec", cell.pin, depth), put) for depth in DEPTHS}
+        logs = spec_cells(put, records)
+        for depth, record in records.items():
+            if depth != cell.depth:
+                _remember(_cache_entry(put, Cell(cell.tier, "spec", cell.pin, depth)), record)
+        record, log = records[cell.depth], logs[cell.depth]
+    else:
+        record = _new_record(cell, put)
+        log = (build_cell if cell.check == "build" else load_cell)(put, record)
+    _remember(entry, record)
+    return record, log
+
+
+def _new_record(cell: Cell, put: PinUnderTest) -> CellRecord:
+    return CellRecord(
+        tier=cell.tier, check=cell.check, pin=cell.pin, depth=cell.depth,
+        series_version=put.series_version, series_hash=put.series_hash, outcome=SKIPPED,
+        gpu="none: HIP emulation of 8x MI355X (gfx950) on CPU", tree=put.patched_tree,
+    )
+
+
+def _remember(entry: Path, record: CellRecord) -> None:
+    """Only settled answers are cached: a skipped part may run next time (a toolchain, a witness)."""
+    record.outcome, record.reason = combine(record.parts)
+    if record.outcome not in (PASSED, FAILED):
+        return
+    write_atomically(entry, record.to_json())
+
+
+def _finish(record: CellRecord, out: Path, log_path: Path, started: float, log: list[str] | None) -> CellRecord:
+    record.outcome, record.reason = combine(record.parts) if record.parts else (record.outcome, record.reason)
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    if log is not None or not log_path.exists():
+        lines = [f"{record.cell_id}: {record.outcome} {record.reason}".rstrip()]
+        lines += [f"  {part.outcome:<8} {part.name}: {part.detail}" for part in record.parts]
+        log_path.write_text("\n".join(lines + ["", *(log or [])]) + "\n")
+    record.log = str(log_path)
+    record.seconds = round(time.monotonic() - started, 2)
+    write_record(record, out / "records")
+    return record

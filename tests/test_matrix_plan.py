@@ -1,0 +1,129 @@
+"""The ROCm CI plan and the workflow generated from it: jobs per event, node-hours, the committed
+workflow equal to the generated one, and its rocm job fanning out over exactly what the plan says."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+
+from conftest import REPO_ROOT
+from sglpatch.matrix import plan, workflow
+from sglpatch.project import Project
+
+WORKFLOW = REPO_ROOT / "ci" / "workflows" / "matrix.yml"
+PROJECT = Project(REPO_ROOT)
+PINS = [pin.version for pin in PROJECT.pins().pins]
+GUARD = "patches/0001-amd-guard-cuda-runtime-include-fused-metadata-copy.patch"
+
+
+def test_a_pull_request_runs_the_pins_whose_renditions_changed_and_the_newest():
+    jobs = plan.plan(PROJECT, "pr", changed_files=[GUARD])
+    series = PROJECT.series()
+    guard = next(p for p in series.patches if p.name == Path(GUARD).name)
+    expected = {v for v in PINS if guard.for_version(v) and Path(guard.for_version(v).path).name == Path(GUARD).name}
+    assert expected and PINS[-1] not in expected  # the newest pin carries another rendition
+    assert [job.pin for job in jobs] == [v for v in PINS if v in expected | {PINS[-1]}]
+    assert [job.pin for job in plan.plan(PROJECT, "pr", changed_files=["README.md"])] == [PINS[-1]]
+    assert [job.pin for job in plan.plan(PROJECT, "pr", changed_files=["patches/series"])] == PINS
+
+
+def test_nightly_runs_the_matrix_and_the_gate_per_pin_weekly_the_bench():
+    nightly = plan.plan(PROJECT, "nightly")
+    assert [job.pin for job in nightly] == PINS
+    job = nightly[0]
+    assert job.sessions == [f"build(rocm, {job.pin})", f"load(rocm, {job.pin})",
+                            *[f"spec(rocm, {job.pin}, {d})" for d in range(1, 7)], f"accuracy(rocm, {job.pin})"]
+    # load, accuracy and depth 5 launch the profile as shipped: one server start for the three
+    assert len(job.launches) == 7 and any("load, accuracy, spec depth 5" in launch for launch in job.launches)
+    defaults = plan.DEFAULT_SECONDS
+    assert job.seconds == (defaults["image"] + defaults["build"] + defaults["load"] + 6 * defaults["spec"]
+                           + defaults["accuracy"] + 7 * defaults["server-start"])
+    assert job.node_hours == round(job.seconds / 3600, 2)
+    weekly = plan.plan(PROJECT, "weekly")
+    assert weekly[0].sessions == [f"bench(rocm, {PINS[0]}, serving)", f"bench(rocm, {PINS[0]}, single-stream)"]
+
+
+def test_recorded_durations_replace_the_defaults_and_the_plan_says_so(tmp_path):
+    for check, seconds in (("build", 100.0), ("load", 1000.0), ("spec", 500.0), ("accuracy", 2000.0)):
+        (tmp_path / f"{check}.json").write_text(json.dumps(
+            {"tier": "rocm", "check": check, "pin": "0.5.23", "outcome": "passed", "seconds": seconds}))
+    (tmp_path / "skipped.json").write_text(json.dumps({"tier": "rocm", "check": "spec", "outcome": "skipped", "seconds": 1}))
+    job = plan.plan(PROJECT, "nightly", records_dir=tmp_path)[-1]
+    assert job.seconds == plan.DEFAULT_SECONDS["image"] + 100 + 1000 + 6 * 500 + 2000
+    assert "spec: recorded" in job.sources
+    text = plan.render([job], "nightly")
+    assert f"{job.node_hours:.2f} node-hours" in text and 'nox -s "spec(rocm, 0.5.23, 5)"' in text
+
+
+def test_the_committed_workflow_is_the_generated_one():
+    assert WORKFLOW.read_text() == workflow.workflow_yaml(), "run: sglpatch matrix plan --write-workflow ci/workflows/matrix.yml"
+
+
+def _run_step(step: dict, tmp_path: Path, env_values: dict[str, str]) -> tuple[dict[str, str], str]:
+    """Run a workflow step's shell script here, as the runner would, and read what it outputs."""
+    output, summary = tmp_path / "github-output", tmp_path / "summary"
+    output.write_text("")
+    summary.write_text("")
+    env = {**os.environ, "GITHUB_OUTPUT": str(output), "GITHUB_STEP_SUMMARY": str(summary),
+           "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
+    for key in step.get("env", {}):
+        env[key] = env_values.get(key, "")  # expressions such as ${{ vars.X }} are empty where nothing is configured
+    script = step["run"].replace("python -m pip install --quiet -e .", "true")  # installed already here
+    subprocess.run(["bash", "-eo", "pipefail", "-c", script], cwd=REPO_ROOT, env=env, check=True, capture_output=True)
+    return dict(line.split("=", 1) for line in output.read_text().splitlines() if "=" in line), summary.read_text()
+
+
+def test_the_rocm_jobs_fan_out_over_exactly_the_plan_one_job_per_pin(tmp_path):
+    jobs = yaml.safe_load(WORKFLOW.read_text())["jobs"]
+    rocm = jobs["rocm"]
+    matrix_expr = re.fullmatch(r"\$\{\{ fromJSON\(needs\.([\w-]+)\.outputs\.(\w+)\) \}\}", rocm["strategy"]["matrix"])
+    producer, output = matrix_expr.groups()
+    step_ref = re.fullmatch(r"\$\{\{ steps\.([\w-]+)\.outputs\.(\w+) \}\}", jobs[producer]["outputs"][output])
+    step = next(s for s in jobs[producer]["steps"] if s.get("id") == step_ref.group(1))
+    for event_name, schedule, event in (("schedule", workflow.NIGHTLY_CRON, "nightly"),
+                                        ("schedule", workflow.WEEKLY_CRON, "weekly"), ("push", "", "pr")):
+        outputs, summary = _run_step(step, tmp_path, {"EVENT_NAME": event_name, "SCHEDULE": schedule})
+        include = json.loads(outputs[step_ref.group(2)])["include"]
+        expected = plan.plan(PROJECT, event, records_dir=REPO_ROOT / "build" / "matrix" / "records")
+        assert [entry["id"] for entry in include] == [job.id for job in expected]
+        assert [json.loads(entry["sessions"]) for entry in include] == [job.sessions for job in expected]
+        assert f"ROCm CI plan for {event}" in summary
+    runner = re.fullmatch(r"\$\{\{ fromJSON\(needs\.[\w-]+\.outputs\.(\w+)\) \}\}", rocm["runs-on"]).group(1)
+    assert json.loads(outputs[runner]) == ["self-hosted", "linux-mi35x-gpu-8"]
+    runs = " ".join(s.get("run", "") for s in rocm["steps"])
+    assert '"-m", "nox", "-s", *json.loads(os.environ["SESSIONS"])' in runs
+    assert any("matrix-${{ matrix.id }}" == s.get("with", {}).get("name") for s in rocm["steps"])
+    cpu_runs = [s.get("run", "") for s in jobs["cpu"]["steps"]]
+    assert "nox -t cpu" in cpu_runs and "nox -s tests" in cpu_runs and "nox -s apply" in cpu_runs
+
+
+def test_every_planned_session_is_one_nox_lists():
+    listing = subprocess.run([sys.executable, "-m", "nox", "-l", "--json", "-t", "rocm"], cwd=REPO_ROOT,
+                             capture_output=True, text=True, check=True).stdout
+    listed = {s["session"] for s in json.loads(listing)}
+    for event in plan.EVENTS:
+        for job in plan.plan(PROJECT, event):
+            assert set(job.sessions) <= listed, set(job.sessions) - listed
+
+
+def test_the_bench_and_the_gate_are_listed_for_every_pin_under_the_bench_tag():
+    listing = subprocess.run([sys.executable, "-m", "nox", "-l", "--json", "-t", "bench"], cwd=REPO_ROOT,
+                             capture_output=True, text=True, check=True).stdout
+    listed = {s["session"]: s for s in json.loads(listing)}
+    for pin in PINS:
+        for name in (f"bench(rocm, {pin}, serving)", f"bench(rocm, {pin}, single-stream)", f"accuracy(rocm, {pin})"):
+            assert listed[name]["tags"] == ["rocm", "bench"], name
+
+
+def test_the_runner_labels_are_configurable():
+    env = {**os.environ, "SGLPATCH_ROCM_RUNNER": "self-hosted, linux-mi30x-gpu-2"}
+    out = subprocess.run([sys.executable, "ci/matrix_cells.py", "nightly"], cwd=REPO_ROOT, env=env,
+                         capture_output=True, text=True, check=True).stdout
+    runner = next(line for line in out.splitlines() if line.startswith("runner="))
+    assert json.loads(runner.removeprefix("runner=")) == ["self-hosted", "linux-mi30x-gpu-2"]
