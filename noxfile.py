@@ -25,7 +25,6 @@ The bench (README "Bench"), on ROCm nodes: tagged rocm and bench, skipping here 
 
 from __future__ import annotations
 
-import hashlib
 import json
 import sys
 from pathlib import Path
@@ -60,28 +59,38 @@ PINS = _pinned_versions()
 
 
 def _hip_toolchain(session: nox.Session) -> None:
-    """The pinned HIP toolchain for the rocm-guard witness; without it the witness says it used
-    the weaker include-graph check, so a machine that cannot install it still runs everything."""
+    """The pinned HIP toolchain for the rocm-guard witness; where it cannot be installed the
+    witness says which weaker level it used, and a required check fails rather than passes."""
     try:
         session.run("bash", "ci/install-hip-toolchain.sh", external=True)
     except nox.command.CommandFailed:
         session.warn("HIP toolchain not installed: rocm-guard falls back to its include-graph level")
 
 
-def _cpu_env(session: nox.Session) -> None:
-    """The CPU Python of the MTP and flags witnesses, built once up front so a failure is named here;
-    without it those witnesses answer "unavailable" with pip's reason."""
+def _cpu_env(session: nox.Session, pins: list[str] | None = None) -> None:
+    """The CPU Python of the MTP and flags witnesses for ``pins`` (all by default), built up front
+    so a failure is named here; without it those witnesses answer "unavailable" with pip's reason."""
     try:
-        session.run("sglpatch", "cpu-env")
+        session.run("sglpatch", "cpu-env", *(pins or []))
     except nox.command.CommandFailed:
         session.warn("CPU witness environment not built: the MTP and flags witnesses will be unavailable")
 
 
+def _what_the_run_needs(posargs: list[str]) -> tuple[bool, list[str]]:
+    """(whether the witnesses run, the pins named) for an ``apply``/``witness`` run, so a run for
+    one pin, or one without witnesses, installs only what it uses."""
+    witnesses = "--no-witnesses" not in posargs
+    pins = [arg for arg in posargs if not arg.startswith("-") and arg.removeprefix("v") in PINS]
+    return witnesses, pins
+
+
 def _sglpatch(session: nox.Session, *args: str) -> None:
-    """Install sglpatch and the witness toolchains, then run one sglpatch command."""
+    """Install sglpatch and the witness toolchains the run needs, then run one sglpatch command."""
     session.install("-e", ".")
-    _hip_toolchain(session)
-    _cpu_env(session)
+    witnesses, pins = _what_the_run_needs([*args[1:], *session.posargs])
+    if witnesses and args[0] in ("apply", "witness", "rebase", "upstream"):
+        _hip_toolchain(session)
+        _cpu_env(session, pins)
     session.run("sglpatch", *args, *session.posargs)
 
 
@@ -127,24 +136,27 @@ def tests(session: nox.Session) -> None:
 
 
 # -- the test matrix ---------------------------------------------------------------------------
-# Every cell is its own session, so CI can fan them out; they share one environment (made once,
-# remade when pyproject.toml changes) instead of 96 copies of the same venv.
+# Every cell is its own session, so CI can fan them out; they share one environment, nox's own
+# matrix-env session, which each requires (so -R and --no-install work as nox users expect),
+# instead of one copy of the same venv per cell.
 
 TIERS = ("cpu", "rocm")
 DEPTHS = range(1, 7)
-MATRIX_ENV = ROOT / ".nox" / "matrix-env"
+_MATRIX_PYTHON: list[str] = []  # set by the matrix-env session, which every cell requires
 _TOOLCHAIN_CHECKED: list[bool] = []
 
 
+@nox.session(name="matrix-env", default=False)
+def matrix_env(session: nox.Session) -> None:
+    """The one environment the matrix, bench and report sessions run in (nox -R reuses it as is)."""
+    session.install("-e", ".[rocm]")
+    _MATRIX_PYTHON[:] = [str(Path(session.bin) / "python")]
+
+
 def _matrix_python(session: nox.Session) -> str:
-    python = MATRIX_ENV / "bin" / "python"
-    stamp = MATRIX_ENV / "sglpatch-installed"
-    wanted = hashlib.sha256((ROOT / "pyproject.toml").read_bytes()).hexdigest()
-    if not python.exists() or not stamp.exists() or stamp.read_text() != wanted:
-        session.run(sys.executable, "-m", "venv", "--clear", str(MATRIX_ENV), external=True, silent=True)
-        session.run(str(python), "-m", "pip", "install", "--quiet", "-e", ".[rocm]", external=True, silent=True)
-        stamp.write_text(wanted)
-    return str(python)
+    if not _MATRIX_PYTHON:
+        session.error("the matrix-env session did not run first (it is required by this one)")
+    return _MATRIX_PYTHON[0]
 
 
 def _cell(session: nox.Session, tier: str, check: str, pin: str, depth: int | None = None) -> None:
@@ -175,28 +187,28 @@ def _cells(depths: bool = False) -> list:
     ]
 
 
-@nox.session(venv_backend="none", default=False)
+@nox.session(venv_backend="none", default=False, requires=["matrix-env"])
 @nox.parametrize(["tier", "pin"], _cells())
 def build(session: nox.Session, tier: str, pin: str) -> None:
     """Matrix: the JIT kernels the series touches build for ROCm (cpu: HIP compile + import smoke; rocm: in the image)."""
     _cell(session, tier, "build", pin)
 
 
-@nox.session(venv_backend="none", default=False)
+@nox.session(venv_backend="none", default=False, requires=["matrix-env"])
 @nox.parametrize(["tier", "pin"], _cells())
 def load(session: nox.Session, tier: str, pin: str) -> None:
     """Matrix: the model loads with its MTP head (cpu: quantization resolved per MTP module; rocm: server + generate)."""
     _cell(session, tier, "load", pin)
 
 
-@nox.session(venv_backend="none", default=False)
+@nox.session(venv_backend="none", default=False, requires=["matrix-env"])
 @nox.parametrize(["tier", "pin", "depth"], _cells(depths=True))
 def spec(session: nox.Session, tier: str, pin: str, depth: int) -> None:
     """Matrix: the profile at EAGLE depth d (d steps, top-k 1, d+1 drafts) is accepted (cpu) and serves well (rocm)."""
     _cell(session, tier, "spec", pin, depth)
 
 
-@nox.session(venv_backend="none")
+@nox.session(venv_backend="none", requires=["matrix-env"])
 def report(session: nox.Session) -> None:
     """Render the matrix table (markdown) from the cell records; -- --records DIR for CI artifacts."""
     session.run(_matrix_python(session), "-m", "sglpatch", "matrix", "report", *session.posargs, external=True)
@@ -219,7 +231,7 @@ def _rocm_door(session: nox.Session, args: list[str], name: str) -> None:
         session.skip(outcome["reason"])
 
 
-@nox.session(venv_backend="none", default=False)
+@nox.session(venv_backend="none", default=False, requires=["matrix-env"])
 @nox.parametrize(
     ["tier", "pin", "workload"],
     [nox.param("rocm", pin, workload, id=f"rocm, {pin}, {workload}", tags=["rocm", "bench"])
@@ -230,21 +242,21 @@ def bench(session: nox.Session, tier: str, pin: str, workload: str) -> None:
     _rocm_door(session, ["run", workload, pin], f"bench-{workload}-{pin}")
 
 
-@nox.session(venv_backend="none", default=False)
+@nox.session(venv_backend="none", default=False, requires=["matrix-env"])
 @nox.parametrize(["tier", "pin"], [nox.param("rocm", pin, id=f"rocm, {pin}", tags=["rocm", "bench"]) for pin in PINS])
 def accuracy(session: nox.Session, tier: str, pin: str) -> None:
     """Gate: GSM8K >= 0.935 and accept length >= 5.0 (sglang's AMD CI floors) on the patched image, MTP 5/1/6."""
     _rocm_door(session, ["accuracy", pin], f"rocm-accuracy-{pin}")
 
 
-@nox.session(name="tune-moe", venv_backend="none", default=False)
+@nox.session(name="tune-moe", venv_backend="none", default=False, requires=["matrix-env"])
 @nox.parametrize(["tier", "pin"], [nox.param("rocm", pin, id=f"rocm, {pin}", tags=["tune"]) for pin in PINS])
 def tune_moe(session: nox.Session, tier: str, pin: str) -> None:
     """aiter's MoE tuner, in the image, for the shapes the serving bench found untuned; writes the profile's config."""
     session.run(_matrix_python(session), "-m", "sglpatch", "bench", "tune-moe", pin, *session.posargs, external=True)
 
 
-@nox.session(name="bench-report", venv_backend="none")
+@nox.session(name="bench-report", venv_backend="none", requires=["matrix-env"])
 def bench_report(session: nox.Session) -> None:
     """Render the bench table and plots from build/bench/records; -- --records DIR for CI artifacts."""
     session.run(_matrix_python(session), "-m", "sglpatch", "bench", "report", *session.posargs, external=True)
