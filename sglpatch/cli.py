@@ -118,6 +118,12 @@ def _parser() -> argparse.ArgumentParser:
     refresh.add_argument("--rendition-of", metavar="PATCH", help="new commits are this patch's rendition for the pin")
     refresh.set_defaults(func=_patch_refresh)
 
+    image = sub.add_parser("image", help="build the pin's patched image FROM its released ROCm image (docker)")
+    image.add_argument("pin")
+    image.add_argument("--image", help="base image ({version} is replaced; default: the pin's rocm_image or $SGLPATCH_ROCM_IMAGE)")
+    image.add_argument("--docker-url", help="the docker engine (default: $DOCKER_HOST or the local socket)")
+    image.set_defaults(func=_image)
+
     export = sub.add_parser("export", help="a pin's applied series as a quilt folder or an mbox for git am")
     export.add_argument("pin")
     where = export.add_mutually_exclusive_group(required=True)
@@ -430,6 +436,25 @@ def _patch_refresh(project: Project, args: argparse.Namespace) -> int:
     if any(item.action != "unchanged" for item in refreshed):
         print(f"next: sglpatch check, then sglpatch apply {version} --update-lock, and commit patches/ and the lock")
     return 1 if problems else 0
+
+
+def _image(project: Project, args: argparse.Namespace) -> int:
+    from sglpatch.matrix import containers
+    from sglpatch.matrix import rocm as rocm_tier
+    from sglpatch.matrix.pin import prepare_pin
+
+    version = project.pins().select([args.pin])[0].version
+    client = containers.connect(args.docker_url)
+    put = prepare_pin(project, version)
+    options = rocm_tier.RocmOptions(base_image=args.image, docker_url=args.docker_url, gpu=False)
+    with progress.step(f"image for sglang {version}") as shown:
+        spec, image_id = rocm_tier.build_patched_image(client, put, options, shown.update)
+    progress.stop()
+    print(f"{spec.tag}  {image_id}")
+    for key, value in sorted(spec.labels.items()):
+        print(f"  {key}={value}")
+    print(f"  checkout: {spec.checkout} (the series: {', '.join(name for name, _ in spec.patches) or 'nothing to apply'})")
+    return 0
 
 
 def _export(project: Project, args: argparse.Namespace) -> int:

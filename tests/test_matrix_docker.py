@@ -35,7 +35,9 @@ KERNEL = "python/sglang/jit_kernel/csrc/elementwise/fused_metadata_copy.cuh"
 def engine():
     try:
         with local_engine() as url:
-            yield containers.connect(url)
+            client = containers.connect(url)
+            client.sglpatch_url = url  # for tests that hand the engine to the CLI
+            yield client
     except EngineCannotStart as exc:
         pytest.skip(f"no local docker engine: {exc}")
 
@@ -213,3 +215,36 @@ def test_rocm_cells_skip_with_the_reason_where_there_is_no_gpu(project):
     record = rocm_tier.run_rocm_cell(project, matrix.Cell("rocm", "load", PIN), rocm_tier.RocmOptions(), on_log=lambda l: None)
     assert record.outcome == SKIPPED
     assert "/dev/kfd" in record.reason
+
+
+def test_sglpatch_image_builds_the_patched_image_and_prints_its_tag_and_labels(engine, project, standin, capsys):
+    from sglpatch import cli
+
+    code = cli.main(["-q", "--root", str(project.root), "image", PIN, "--image", standin, "--docker-url", engine.sglpatch_url])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    tag, image_id = out.splitlines()[0].split()
+    assert tag.startswith(f"sglpatch/sglang:{PIN}-s") and image_id.startswith("sha256:")
+    assert f"  {containers.LABEL_PIN}={PIN}" in out and f"  {containers.LABEL_BASE}={standin}" in out
+    assert engine.images.get(tag).labels[containers.LABEL_PIN] == PIN
+
+
+def test_apply_into_the_checkout_of_the_standin_image(engine, project, standin, tmp_path):
+    """The released image's checkout, taken out of a container of the stand-in image, takes the
+    series as commits with apply --into, as it would inside a running container."""
+    from sglpatch.into import apply_into
+
+    container = engine.containers.create(standin, ["true"], labels={containers.LABEL_OWNER: containers.OWNER})
+    try:
+        chunks, _ = container.get_archive(containers.CHECKOUT)
+        with tarfile.open(fileobj=io.BytesIO(b"".join(chunks))) as tar:
+            tar.extractall(tmp_path, filter="fully_trusted")
+    finally:
+        container.remove(force=True)
+    checkout = tmp_path / containers.CHECKOUT.rsplit("/", 1)[-1]
+    git(checkout, "config", "user.name", "In The Container")
+    git(checkout, "config", "user.email", "root@container")
+    done = apply_into(project, checkout, PIN)
+    assert done.how == "git commits" and len(done.commits) == len(matrix.prepare_pin(project, PIN).applied())
+    assert "#ifndef USE_ROCM" in (checkout / KERNEL).read_text()
+    assert git(checkout, "log", "-1", "--format=%cn").strip() == "In The Container"

@@ -111,9 +111,7 @@ def run_rocm_cell(project: Project, cell: Cell, options: RocmOptions | None = No
         try:
             put = prepare_pin(project, cell.pin)
             record.tree = put.patched_tree
-            spec = patched_image(put, options)
-            emit(f"# building {spec.tag} FROM {spec.base_image}")
-            record.image_digest = containers.build_image(client, spec, emit)
+            spec, record.image_digest = build_patched_image(client, put, options, emit)
             record.figures["base_image"] = spec.base_image
             command, mounts = check_command(put, cell, options, record.image_digest, out / "rocm-state" / cell.pin)
             run = containers.run_check(
@@ -139,6 +137,14 @@ def _finish(record: CellRecord, out: Path, log_path: Path, started: float) -> Ce
     record.seconds = round(time.monotonic() - started, 2)
     write_record(record, out / "records")
     return record
+
+
+def build_patched_image(client, put: PinUnderTest, options: RocmOptions, on_log=print) -> tuple[containers.PatchedImage, str]:
+    """The pin's patched image, built FROM its released image (the engine's layer cache makes a
+    rebuild cheap): what a matrix cell runs in, and what ``sglpatch image`` gives users."""
+    spec = patched_image(put, options)
+    on_log(f"# building {spec.tag} FROM {spec.base_image}")
+    return spec, containers.build_image(client, spec, on_log)
 
 
 def patched_image(put: PinUnderTest, options: RocmOptions) -> containers.PatchedImage:
