@@ -232,12 +232,12 @@ def test_witness_returns_unavailable_when_tvm_ffi_download_hangs(tmp_path, monke
     assert "pip download apache-tvm-ffi==0.1.11 did not finish within 0.001 s" in result.detail
 
 
-# -- finding the toolchain -----------------------------------------------------------------------
+# -- fingerprint -------------------------------------------------------------------------------
 
 
 def fake_install(root: Path, stamp: str, arches: str = "gfx942 gfx950") -> Path:
     """An install root shaped like ci/install-hip-toolchain.sh's, whose clang++ is a stand-in
-    script that only lists target CPUs: enough for ``find``, never compiled with."""
+    script that only lists target CPUs: enough for ``find`` and the fingerprint, never compiled with."""
     home = root / rocm_guard.TOOLCHAIN_DIR
     clangxx = home / "root" / "usr" / "lib" / "llvm-22" / "bin" / "clang++"
     clangxx.parent.mkdir(parents=True)
@@ -250,6 +250,41 @@ def fake_install(root: Path, stamp: str, arches: str = "gfx942 gfx950") -> Path:
     (home / "toolchain.json").write_text(json.dumps(manifest))
     (home / ".stamp").write_text(stamp + "\n")
     return root
+
+
+@pytest.fixture
+def fingerprint(monkeypatch):
+    monkeypatch.setattr(rocm_guard, "required_tvm_ffi", lambda pin: pin)
+    rocm_guard._supported_cpus.cache_clear()
+    yield lambda pin="0.1.11": rocm_guard.RocmGuardWitness().fingerprint(pin)
+    rocm_guard._supported_cpus.cache_clear()
+
+
+def test_fingerprint_changes_when_the_toolchain_is_installed_after_an_include_graph_answer(fingerprint, tmp_path, monkeypatch):
+    monkeypatch.setenv(rocm_guard.TOOLCHAIN_ENV, str(tmp_path / "tc"))
+    before = fingerprint()
+    assert fingerprint() == before  # stable
+    fake_install(tmp_path / "tc", "aaaa")
+    assert rocm_guard.HipToolchain.find() is not None
+    assert fingerprint() != before
+
+
+def test_fingerprint_follows_the_toolchain_stamp_its_arches_and_the_tvm_ffi_version(fingerprint, tmp_path, monkeypatch):
+    monkeypatch.setenv(rocm_guard.TOOLCHAIN_ENV, str(fake_install(tmp_path / "a", "aaaa")))
+    first = fingerprint()
+    assert fingerprint("0.1.9") != first
+    monkeypatch.setenv(rocm_guard.TOOLCHAIN_ENV, str(fake_install(tmp_path / "b", "bbbb")))
+    assert fingerprint() != first
+    monkeypatch.setenv(rocm_guard.TOOLCHAIN_ENV, str(fake_install(tmp_path / "c", "aaaa", arches="gfx942")))
+    assert fingerprint() != first
+
+
+def test_fingerprint_follows_the_witness_code(fingerprint, tmp_path, monkeypatch):
+    before = fingerprint()
+    edited = tmp_path / "rocm_guard.py"
+    edited.write_text(Path(rocm_guard.__file__).read_text() + "\n# an edit\n")
+    monkeypatch.setattr(rocm_guard, "__file__", str(edited))
+    assert fingerprint() != before
 
 
 def test_half_installed_or_moved_toolchain_is_not_found(tmp_path, monkeypatch):

@@ -105,6 +105,26 @@ class RocmGuardWitness:
         except SglpatchError as exc:
             return WitnessResult(self.name, UNAVAILABLE, detail=str(exc))
 
+    def fingerprint(self, pin: Pin) -> str:
+        """What, besides the tree, decides the answer: this module's code, the toolchain's pinned
+        stamp (or "none") and the level that would run with its architectures or host compiler,
+        and the tvm-ffi version the pin requires. A change of any of them re-runs the witness."""
+        parts = [f"code {hashlib.sha256(Path(__file__).read_bytes()).hexdigest()}"]
+        toolchain = HipToolchain.find()
+        if toolchain is None:
+            parts += ["toolchain none", f"level include-graph {_host_compiler_identity()}"]
+        else:
+            try:
+                arches = ",".join(arch for arch in ARCHES if toolchain.knows(arch))
+            except Unavailable as exc:
+                arches = f"cannot tell: {exc}"
+            parts += [f"toolchain {toolchain.stamp}", f"level hip-compile {arches}"]
+        try:
+            parts.append(f"tvm-ffi {required_tvm_ffi(pin)}")
+        except SglpatchError as exc:
+            parts.append(f"tvm-ffi unknown: {exc}")
+        return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
+
 
 # -- subprocesses ------------------------------------------------------------------------------
 
@@ -338,6 +358,18 @@ def _supported_cpus(clangxx: str, stamp: str) -> frozenset[str]:
 
 def _host_compiler() -> str | None:
     return shutil.which("g++") or shutil.which("c++")
+
+
+@functools.lru_cache(maxsize=4)
+def _host_compiler_identity() -> str:
+    compiler = _host_compiler()
+    if compiler is None:
+        return "no host compiler"
+    try:
+        version = _run([compiler, "--version"], f"{compiler} --version", QUERY_TIMEOUT_S).stdout
+    except Unavailable as exc:
+        return f"{compiler} ({exc})"
+    return f"{compiler} {version.splitlines()[0] if version else ''}".strip()
 
 
 # Headers the ROCm build finds in the HIP installation, absent without the toolchain: the
