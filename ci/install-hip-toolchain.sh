@@ -264,7 +264,7 @@ ln -sfn ../../root/usr/include/hip "$STAGE/rocm/include/hip"
 ln -sfn ../../root/usr/share/hip "$STAGE/rocm/share/hip"
 ln -sfn ../root/usr/lib/llvm-22/lib/clang/22/amdgcn "$STAGE/rocm/amdgcn"
 
-LLVM_VERSION="$(dpkg-deb -f "$DEB_DIR/$(basename "$(printf '%s\n' "${PINS[0]}" | cut -d'|' -f3)")" Version)"
+LLVM_VERSION="$(timeout 60 dpkg-deb -f "$DEB_DIR/$(basename "$(printf '%s\n' "${PINS[0]}" | cut -d'|' -f3)")" Version)"
 arches_json="$(printf '"%s", ' "${ARCHES[@]}")"
 cat > "$STAGE/toolchain.json" <<EOF
 {"stamp": "$STAMP_WANT", "clangxx": "$CLANGXX", "rocm_path": "$ROCM", "sysroot": "$ROOT", "llvm": "$LLVM_VERSION", "arches": [${arches_json%, }]}
