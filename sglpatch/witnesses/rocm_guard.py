@@ -3,28 +3,38 @@
 It compiles the kernel's translation unit the way the pin's own JIT loader does on a HIP build:
 the same generated ``cuda.cu`` (tvm-ffi headers, the kernel header, the exported instantiations
 the Python caller asks for), the same flags (``-DUSE_ROCM``, ``-D__HIP_PLATFORM_AMD__``, the
-loader's FP8 macro and include folders) and the tvm-ffi headers of the version the pin requires.
-On the unpatched 0.5.10-0.5.14 this fails with "'cuda_runtime.h' file not found".
+loader's FP8 macro for each architecture and its include folders) and the tvm-ffi headers of the
+version the pin requires. On the unpatched 0.5.10-0.5.14 this fails with "'cuda_runtime.h' file
+not found".
 
 Two levels, the stronger first, and the result says which ran:
 
-- ``hip-compile``: clang 19 with HIP 7.2 headers and the ROCm device libraries, all from Debian and
-  pinned by ``ci/install-hip-toolchain.sh``, compiling for gfx942 (and gfx950 where that clang
-  knows it; clang 19 does not, and the result says so).
+- ``hip-compile``: clang 22 with HIP 7.2.4 headers, ROCm 7.2.4 device libraries and a private
+  sysroot, all from Debian and pinned by ``ci/install-hip-toolchain.sh``, compiling for gfx942
+  (MI300X, FNUZ fp8) and gfx950 (MI355X, OCP e4m3 fp8). clang 19, the newest LLVM bookworm has,
+  does not know gfx950; that script says which other compilers were tried and why not.
 - ``include-graph``: without that toolchain, the host preprocessor walks the same translation unit
-  with the loader's ROCm macros and fails if any CUDA runtime header is reached. Weaker (nothing is
-  compiled) but real.
+  with the loader's ROCm macros. Weaker (nothing is compiled) but real.
+
+The answer names this bug only: ``bug`` means a CUDA runtime header was reached (or not found)
+from the pin's own kernel sources under the ROCm build. Any other failure (another missing
+header, a syntax error, a compiler crash or hang) is ``unavailable`` with the compiler's first
+error, and ``clean`` means every required architecture compiled.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
+import json
 import os
 import re
 import shutil
 import subprocess
+import sys
 import tempfile
 import zipfile
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -32,14 +42,23 @@ from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
 from sglpatch import cache, sources
-from sglpatch.errors import SglpatchError
+from sglpatch.errors import SglpatchError, Unavailable
 from sglpatch.pins import Pin
 from sglpatch.witnesses import BUG, CLEAN, UNAVAILABLE, WitnessResult
 
 TOOLCHAIN_ENV = "SGLPATCH_HIP_TOOLCHAIN"
-ARCHES = ("gfx942", "gfx950")
+TOOLCHAIN_DIR = "clang-22"  # under the install root; see ci/install-hip-toolchain.sh
+ARCHES = ("gfx942", "gfx950")  # MI300X and MI355X; compiled in this order
+REQUIRED_ARCHES = ARCHES  # "clean" only when every one of these compiled
 HEADER = "csrc/elementwise/fused_metadata_copy.cuh"
 CUDA_HEADERS = re.compile(r"^cuda(_runtime|_runtime_api|_fp16|_bf16|_fp8)?\.h$")
+
+# Seconds before a subprocess is taken for hung. A compile of the real unit for one architecture
+# takes 20-60 s on a shared 2-core machine.
+COMPILE_TIMEOUT_S = 900
+PREPROCESS_TIMEOUT_S = 300
+QUERY_TIMEOUT_S = 60
+DOWNLOAD_TIMEOUT_S = 300
 
 # apache-tvm-ffi wheels whose headers the pins' loaders compile against; only the headers are used,
 # and the CPython 3.11 x86_64 wheel is fetched whatever the local Python, so the hash is fixed.
@@ -62,7 +81,7 @@ class KernelLayout:
 
 
 def kernel_layout(tree: Path) -> KernelLayout | None:
-    package = tree / "python" / "sglang"
+    package = tree.resolve() / "python" / "sglang"
     for root, loader in ((package / "kernels" / "jit", "ninja"), (package / "jit_kernel", "tvm-ffi")):
         if (root / HEADER).is_file():
             return KernelLayout(root, loader)
@@ -71,7 +90,7 @@ def kernel_layout(tree: Path) -> KernelLayout | None:
 
 class RocmGuardWitness:
     name = "rocm-guard"
-    version = "1"
+    version = "2"
 
     def run(self, tree: Path, pin: Pin) -> WitnessResult:
         layout = kernel_layout(tree)
@@ -79,12 +98,46 @@ class RocmGuardWitness:
             return WitnessResult(self.name, UNAVAILABLE, detail=f"no {HEADER} in this tree")
         try:
             tvm_include = tvm_ffi_headers(required_tvm_ffi(pin))
+            toolchain = HipToolchain.find()
+            if toolchain is None:
+                return include_graph_check(self.name, layout, tvm_include)
+            return toolchain.check(self.name, layout, tvm_include)
         except SglpatchError as exc:
             return WitnessResult(self.name, UNAVAILABLE, detail=str(exc))
+
+    def fingerprint(self, pin: Pin) -> str:
+        """What, besides the tree, decides the answer: this module's code, the toolchain's pinned
+        stamp (or "none") and the level that would run with its architectures or host compiler,
+        and the tvm-ffi version the pin requires. A change of any of them re-runs the witness."""
+        parts = [f"code {hashlib.sha256(Path(__file__).read_bytes()).hexdigest()}"]
         toolchain = HipToolchain.find()
         if toolchain is None:
-            return include_graph_check(self.name, layout, tvm_include)
-        return toolchain.check(self.name, layout, tvm_include)
+            parts += ["toolchain none", f"level include-graph {_host_compiler_identity()}"]
+        else:
+            try:
+                arches = ",".join(arch for arch in ARCHES if toolchain.knows(arch))
+            except Unavailable as exc:
+                arches = f"cannot tell: {exc}"
+            parts += [f"toolchain {toolchain.stamp}", f"level hip-compile {arches}"]
+        try:
+            parts.append(f"tvm-ffi {required_tvm_ffi(pin)}")
+        except SglpatchError as exc:
+            parts.append(f"tvm-ffi unknown: {exc}")
+        return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
+
+
+# -- subprocesses ------------------------------------------------------------------------------
+
+
+def _run(command: list[str], what: str, timeout: float, **kwargs) -> subprocess.CompletedProcess:
+    """``command`` with its output captured; a hang or a failure to start is ``Unavailable``
+    naming ``what``."""
+    try:
+        return subprocess.run(command, capture_output=True, text=True, timeout=timeout, **kwargs)
+    except subprocess.TimeoutExpired:
+        raise Unavailable(f"{what} did not finish within {timeout:g} s") from None
+    except OSError as exc:
+        raise Unavailable(f"{what} could not start: {exc}") from None
 
 
 # -- what the pin's loader compiles ----------------------------------------------------------
@@ -129,25 +182,26 @@ def required_tvm_ffi(pin: Pin) -> str:
 
 
 def tvm_ffi_headers(version: str) -> Path:
-    """The include folder of apache-tvm-ffi ``version``, downloaded once and checked by sha256."""
+    """The include folder of apache-tvm-ffi ``version``, downloaded once (from the index of pip's
+    own configuration) and checked by sha256."""
     folder = cache.cache_root() / "tvm-ffi" / version
     include = folder / "tvm_ffi" / "include"
     with cache.entry_lock(folder):
         if (folder / ".complete").exists():
             return include
         with tempfile.TemporaryDirectory() as download:
-            run = subprocess.run(
+            run = _run(
                 [
-                    "python3", "-m", "pip", "download", "--quiet", "--no-deps", "--only-binary=:all:",
+                    sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--only-binary=:all:",
                     "--platform", "manylinux_2_28_x86_64", "--python-version", "3.11",
                     "--implementation", "cp", "--abi", "cp311", "-d", download, f"apache-tvm-ffi=={version}",
                 ],
-                capture_output=True,
-                text=True,
+                f"pip download apache-tvm-ffi=={version}",
+                DOWNLOAD_TIMEOUT_S,
             )
             wheels = list(Path(download).glob("apache_tvm_ffi-*.whl"))
             if run.returncode != 0 or not wheels:
-                raise SglpatchError(f"cannot download apache-tvm-ffi {version}: {run.stderr.strip()[-300:]}")
+                raise Unavailable(f"cannot download apache-tvm-ffi {version}: {run.stderr.strip()[-300:]}")
             digest = hashlib.sha256(wheels[0].read_bytes()).hexdigest()
             if digest != TVM_FFI_WHEELS[version]:
                 raise SglpatchError(
@@ -161,66 +215,171 @@ def tvm_ffi_headers(version: str) -> Path:
     return include
 
 
+# -- judging what the compiler said --------------------------------------------------------------
+
+_MISSING_HEADER = re.compile(r"^(?P<file>[^\s:]+):(?P<line>\d+):\d+: fatal error: '(?P<header>[^']+)' file not found", re.M)
+
+
+def _in_kernel_sources(path: str, layout: KernelLayout) -> bool:
+    return Path(path).resolve().is_relative_to(layout.root.resolve())
+
+
+def _tree_relative(text: str) -> str:
+    """``text`` with absolute paths into a checkout cut to the tree-relative ``python/sglang/...``."""
+    return re.sub(r"\S*/(python/sglang/)", r"\1", text)
+
+
+def _first_error(stderr: str) -> str:
+    """The first error line, with the temporary checkout's path cut to the tree-relative one."""
+    lines = [line for line in stderr.splitlines() if re.search(r"\berror:", line)] or stderr.splitlines() or [""]
+    return _tree_relative(lines[0].strip())[:300] or "no message"
+
+
+def _judge_compile(stderr: str, layout: KernelLayout) -> tuple[str, str]:
+    """(state, detail) for a compile that failed: ``bug`` only when a CUDA runtime header is not
+    found from the pin's own kernel sources; anything else is not this witness's bug."""
+    for match in _MISSING_HEADER.finditer(stderr):
+        if not CUDA_HEADERS.match(Path(match["header"]).name):
+            continue
+        where = f"{_tree_relative(match['file'])}:{match['line']}"
+        if _in_kernel_sources(match["file"], layout):
+            return BUG, f"'{match['header']}' not found under the ROCm build, included from {where}"
+        return UNAVAILABLE, (f"'{match['header']}' is included from {where}, outside the pin's kernel "
+                             "sources: not the guard this witness checks")
+    return UNAVAILABLE, f"the compile failed for another reason: {_first_error(stderr)}"
+
+
 # -- the two levels ----------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
 class HipToolchain:
-    """The private clang + HIP headers + device libraries of ci/install-hip-toolchain.sh."""
+    """The private clang + HIP headers + device libraries + sysroot of ci/install-hip-toolchain.sh."""
 
     clangxx: Path
     rocm_path: Path
+    sysroot: Path | None = None
+    stamp: str = "unstamped"
+    llvm: str = ""
 
     @classmethod
     def find(cls) -> "HipToolchain | None":
+        """The installed toolchain, or None where it is missing, half-installed or was installed
+        for another path (its binaries carry absolute paths)."""
         prefix = Path(os.environ.get(TOOLCHAIN_ENV) or cache.cache_root() / "hip-toolchain")
-        clangxx = prefix / "root" / "usr" / "lib" / "llvm-19" / "bin" / "clang++"
-        rocm = prefix / "rocm"
+        home = prefix / TOOLCHAIN_DIR
+        try:
+            manifest = json.loads((home / "toolchain.json").read_text())
+            stamp = (home / ".stamp").read_text().strip()
+            clangxx, rocm = Path(manifest["clangxx"]), Path(manifest["rocm_path"])
+            sysroot = Path(manifest["sysroot"]) if manifest.get("sysroot") else None
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+        if stamp != manifest.get("stamp") or not clangxx.resolve().is_relative_to(home.resolve()):
+            return None
         if clangxx.is_file() and (rocm / "include" / "hip" / "hip_runtime.h").is_file():
-            return cls(clangxx, rocm)
+            return cls(clangxx, rocm, sysroot, stamp, str(manifest.get("llvm", "")))
         return None
 
     def knows(self, arch: str) -> bool:
-        run = subprocess.run(
-            [str(self.clangxx), "--target=amdgcn-amd-amdhsa", "-nogpulib", "--print-supported-cpus"],
-            capture_output=True,
-            text=True,
-        )
-        return re.search(rf"\b{arch}\b", run.stdout + run.stderr) is not None
+        return arch in _supported_cpus(str(self.clangxx), self.stamp)
 
     def flags(self, layout: KernelLayout, tvm_include: Path, arch: str) -> list[str]:
         common = ["-fPIC", "-D__HIP_PLATFORM_AMD__=1", "-fno-gpu-rdc", f"--offload-arch={arch}", "-DUSE_ROCM"]
         common += ["-std=c++20", "-O3", fp8_macro(arch)]
+        if self.sysroot is not None:
+            # The host side's libstdc++ and glibc headers come with the toolchain, so the answer
+            # does not depend on what the machine has installed.
+            common.insert(0, f"--sysroot={self.sysroot}")
         if layout.loader == "tvm-ffi":
             # tvm_ffi.cpp's HIP build puts its own defaults first and the include folders twice.
             return ["-std=c++17", "-O2", *common, f"-I{tvm_include}", f"-I{tvm_include}",
                     f"-I{self.rocm_path / 'include'}", f"-I{layout.root / 'include'}"]
         return [*common, f"-I{tvm_include}", f"-I{self.rocm_path / 'include'}", f"-I{layout.root / 'include'}"]
 
-    def check(self, name: str, layout: KernelLayout, tvm_include: Path) -> WitnessResult:
-        compiled, skipped = [], []
+    def compile_unit(self, unit: Path, layout: KernelLayout, tvm_include: Path, arch: str) -> tuple[str, str]:
+        """(state, detail) of compiling ``unit`` for ``arch``."""
+        command = [str(self.clangxx), "-x", "hip", f"--rocm-path={self.rocm_path}",
+                   *self.flags(layout, tvm_include, arch), "-c", str(unit), "-o", str(unit.with_suffix(f".{arch}.o"))]
+        try:
+            run = _run(command, f"clang++ (hip-compile {arch})", COMPILE_TIMEOUT_S,
+                       env={**os.environ, "HIP_PLATFORM": "amd"})
+        except Unavailable as exc:
+            return UNAVAILABLE, str(exc)
+        if run.returncode == 0:
+            return CLEAN, f"{arch} ({fp8_macro(arch)[2:]})"
+        return _judge_compile(run.stderr, layout)
+
+    def check(self, name: str, layout: KernelLayout, tvm_include: Path,
+              arches: tuple[str, ...] = ARCHES, required: tuple[str, ...] = REQUIRED_ARCHES) -> WitnessResult:
+        compiler = f"clang {re.sub(r'^[0-9]+:', '', self.llvm)}".strip()  # the Debian version, less its epoch
+        try:
+            unknown = [arch for arch in arches if not self.knows(arch)]
+        except Unavailable as exc:
+            return WitnessResult(name, UNAVAILABLE, "hip-compile", str(exc))
+        tried = [arch for arch in arches if arch not in unknown]
         with tempfile.TemporaryDirectory() as work:
             unit = Path(work) / "cuda.cu"
             unit.write_text(translation_unit(layout))
-            for arch in ARCHES:
-                if not self.knows(arch):
-                    skipped.append(f"{arch} (unknown to {self.clangxx.name} 19)")
-                    continue
-                command = [str(self.clangxx), "-x", "hip", f"--rocm-path={self.rocm_path}",
-                           *self.flags(layout, tvm_include, arch), "-c", str(unit), "-o", str(Path(work) / f"{arch}.o")]
-                run = subprocess.run(command, capture_output=True, text=True, env={**os.environ, "HIP_PLATFORM": "amd"})
-                if run.returncode != 0:
-                    return WitnessResult(name, BUG, f"hip-compile {arch}", _first_error(run.stderr))
-                compiled.append(arch)
-        detail = f"compiled for {', '.join(compiled)}"
-        if skipped:
-            detail += f"; not checked: {', '.join(skipped)}"
-        return WitnessResult(name, CLEAN, f"hip-compile {','.join(compiled)}", detail)
+            # One compiler per architecture, side by side: each is single-threaded.
+            with ThreadPoolExecutor(max_workers=max(1, len(tried))) as pool:
+                outcomes = dict(zip(tried, pool.map(lambda arch: self.compile_unit(unit, layout, tvm_include, arch), tried)))
+        bugs = [arch for arch in tried if outcomes[arch][0] == BUG]
+        if bugs:
+            return WitnessResult(name, BUG, f"hip-compile {','.join(bugs)}", _per_arch(outcomes, bugs))
+        failed = [arch for arch in tried if outcomes[arch][0] == UNAVAILABLE]
+        compiled = [arch for arch in tried if outcomes[arch][0] == CLEAN]
+        level = f"hip-compile {','.join(compiled)}" if compiled else "hip-compile"
+        if failed:
+            return WitnessResult(name, UNAVAILABLE, level, _per_arch(outcomes, failed))
+        missing = [arch for arch in required if arch not in compiled]
+        if missing:
+            what = f"compiled for {', '.join(compiled)}" if compiled else "nothing compiled"
+            return WitnessResult(name, UNAVAILABLE, level,
+                                 f"{what}; not compiled: {', '.join(missing)} (unknown to {compiler} at {self.clangxx})")
+        return WitnessResult(name, CLEAN, level,
+                             f"compiled with {compiler} for {', '.join(outcomes[arch][1] for arch in compiled)}")
+
+
+def _per_arch(outcomes: dict[str, tuple[str, str]], arches: list[str]) -> str:
+    """One line per distinct detail, naming the architectures that gave it."""
+    by_detail: dict[str, list[str]] = {}
+    for arch in arches:
+        by_detail.setdefault(outcomes[arch][1], []).append(arch)
+    return "; ".join(f"{', '.join(group)}: {detail}" for detail, group in by_detail.items())
+
+
+@functools.lru_cache(maxsize=8)
+def _supported_cpus(clangxx: str, stamp: str) -> frozenset[str]:
+    run = _run([clangxx, "--target=amdgcn-amd-amdhsa", "-nogpulib", "--print-supported-cpus"],
+               "clang++ --print-supported-cpus", QUERY_TIMEOUT_S)
+    return frozenset(re.findall(r"\bgfx[0-9a-f]+\b", run.stdout + run.stderr))
+
+
+def _host_compiler() -> str | None:
+    return shutil.which("g++") or shutil.which("c++")
+
+
+@functools.lru_cache(maxsize=4)
+def _host_compiler_identity() -> str:
+    compiler = _host_compiler()
+    if compiler is None:
+        return "no host compiler"
+    try:
+        version = _run([compiler, "--version"], f"{compiler} --version", QUERY_TIMEOUT_S).stdout
+    except Unavailable as exc:
+        return f"{compiler} ({exc})"
+    return f"{compiler} {version.splitlines()[0] if version else ''}".strip()
+
+
+# Headers the ROCm build finds in the HIP installation, absent without the toolchain: the
+# include-graph level cannot follow them, and that is all it may leave unfollowed.
+_HIP_PLATFORM_HEADER = re.compile(r"^hip/")
 
 
 def include_graph_check(name: str, layout: KernelLayout, tvm_include: Path) -> WitnessResult:
     """Without a HIP compiler: does the ROCm preprocessing of the unit reach a CUDA runtime header?"""
-    compiler = shutil.which("g++") or shutil.which("c++")
+    compiler = _host_compiler()
     if compiler is None:
         return WitnessResult(name, UNAVAILABLE, detail="neither the HIP toolchain nor a host C++ compiler is installed")
     with tempfile.TemporaryDirectory() as work:
@@ -234,18 +393,36 @@ def include_graph_check(name: str, layout: KernelLayout, tvm_include: Path) -> W
         command = [compiler, "-x", "c++", "-std=c++20", "-DUSE_ROCM", "-D__HIP_PLATFORM_AMD__=1", "-D__HIPCC__=1",
                    "-D__HIP__=1", fp8_macro("gfx942"), f"-I{tvm_include}", f"-I{layout.root / 'include'}",
                    "-idirafter", str(standins), "-M", "-MG", "-H", str(unit)]
-        run = subprocess.run(command, capture_output=True, text=True)
+        try:
+            run = _run(command, f"{Path(compiler).name} (include-graph)", PREPROCESS_TIMEOUT_S)
+        except Unavailable as exc:
+            return WitnessResult(name, UNAVAILABLE, "include-graph", str(exc))
     if run.returncode != 0:
-        return WitnessResult(name, UNAVAILABLE, "include-graph", _first_error(run.stderr))
-    reached = _cuda_headers_reached(run.stderr, layout)
-    if reached:
-        return WitnessResult(name, BUG, "include-graph", f"ROCm build reaches {reached}")
+        return WitnessResult(name, UNAVAILABLE, "include-graph", f"the preprocessor failed: {_first_error(run.stderr)}")
+    hits, foreign = _cuda_headers_reached(run.stderr, layout)
+    if hits:
+        return WitnessResult(name, BUG, "include-graph", f"ROCm build reaches {hits}")
+    if foreign:
+        return WitnessResult(name, UNAVAILABLE, "include-graph",
+                             f"ROCm build reaches {foreign}, outside the pin's kernel sources: not the guard this witness checks")
+    unfollowed = [dep for dep in _dependencies(run.stdout) if not Path(dep).is_absolute() and not _HIP_PLATFORM_HEADER.match(dep)]
+    if unfollowed:
+        return WitnessResult(name, UNAVAILABLE, "include-graph",
+                             f"header not found, so its includes could not be followed: {', '.join(unfollowed)}")
     return WitnessResult(name, CLEAN, "include-graph", "no CUDA runtime header is reached under -DUSE_ROCM")
 
 
-def _cuda_headers_reached(include_tree: str, layout: KernelLayout) -> str:
+def _dependencies(make_rule: str) -> list[str]:
+    """The prerequisites of the ``-M`` rule; with ``-MG`` a header that was not found is listed as
+    spelled in its #include, so it is the one that is not an absolute path."""
+    body = make_rule.replace("\\\n", " ").partition(":")[2]
+    return [dep.replace("\\ ", " ") for dep in re.findall(r"(?:\\ |\S)+", body)]
+
+
+def _cuda_headers_reached(include_tree: str, layout: KernelLayout) -> tuple[str, str]:
+    """(reached from the pin's kernel sources, reached from elsewhere), each a readable list."""
     parents: dict[int, str] = {}
-    hits = []
+    hits, foreign = set(), set()
     for line in include_tree.splitlines():
         match = re.match(r"^(\.+) (.*)$", line)
         if not match:
@@ -253,15 +430,10 @@ def _cuda_headers_reached(include_tree: str, layout: KernelLayout) -> str:
         depth, path = len(match.group(1)), match.group(2)
         parents[depth] = path
         if CUDA_HEADERS.match(Path(path).name):
-            includer = parents.get(depth - 1, "the translation unit")
-            hits.append(f"{Path(path).name} (included from {includer.replace(str(layout.root) + '/', '')})")
-    return "; ".join(sorted(set(hits)))
-
-
-def _first_error(stderr: str) -> str:
-    """The first error line, with the temporary checkout's path cut to the tree-relative one."""
-    lines = [line for line in stderr.splitlines() if "error" in line] or stderr.splitlines() or [""]
-    return re.sub(r"\S*/(python/sglang/)", r"\1", lines[0].strip())[:300]
+            includer = parents.get(depth - 1)
+            shown = f"{Path(path).name} (included from {_tree_relative(includer) if includer else 'the translation unit'})"
+            (hits if includer and _in_kernel_sources(includer, layout) else foreign).add(shown)
+    return "; ".join(sorted(hits)), "; ".join(sorted(foreign))
 
 
 def cuda_check(layout: KernelLayout, tvm_include: Path, arch: str = "sm_90") -> WitnessResult:
@@ -276,7 +448,10 @@ def cuda_check(layout: KernelLayout, tvm_include: Path, arch: str = "sm_90") -> 
     with tempfile.TemporaryDirectory() as work:
         unit = Path(work) / "cuda.cu"
         unit.write_text(translation_unit(layout))
-        run = subprocess.run([nvcc, *flags, "-c", str(unit), "-o", str(Path(work) / "cuda.o")], capture_output=True, text=True)
+        try:
+            run = _run([nvcc, *flags, "-c", str(unit), "-o", str(Path(work) / "cuda.o")], f"nvcc ({arch})", COMPILE_TIMEOUT_S)
+        except Unavailable as exc:
+            return WitnessResult("rocm-guard/cuda", UNAVAILABLE, f"nvcc {arch}", str(exc))
     if run.returncode != 0:
         return WitnessResult("rocm-guard/cuda", BUG, f"nvcc {arch}", _first_error(run.stderr))
     return WitnessResult("rocm-guard/cuda", CLEAN, f"nvcc {arch}", f"compiled for {arch}")
