@@ -28,7 +28,7 @@ import unidiff
 from sglpatch import cache, diffs, progress
 from sglpatch.errors import SglpatchError
 from sglpatch.gitcmd import IDENTITY_EMAIL, IDENTITY_NAME, git_out, run_git
-from sglpatch.lock import check_entry
+from sglpatch.lock import check_entry, compare_entry
 from sglpatch.pins import Pin
 from sglpatch.series import RENDITIONS_DIR, PatchFile, Series
 from sglpatch.sources import PRISTINE_REF, Pristine
@@ -107,6 +107,7 @@ def apply_pin(
     run_witnesses: bool = True,
     allow_unavailable: bool = False,
     discard_local: bool = False,
+    record: bool = True,
 ) -> PinResult:
     """Apply ``series`` to ``pin``; on any failure the pin's tree is left as it was.
 
@@ -115,7 +116,8 @@ def apply_pin(
     applied patch must pass on the patched tree. A witness that cannot run fails the pin
     (``witness-unavailable``) unless ``allow_unavailable``, and then every such outcome says it is
     unproven. Commits on the pin's ``sglpatch`` branch that sglpatch did not make are never
-    dropped unless ``discard_local``.
+    dropped unless ``discard_local``. Without ``record`` (``sglpatch witness``) the result is only
+    compared with the lock: no lock entry is written and no branch moves.
     """
     tree_path = out_dir / pin.version
     result = PinResult(version=pin.version, tree_path=str(tree_path), pristine=pristine.commit)
@@ -130,9 +132,16 @@ def apply_pin(
                     f"{o.name}: {o.status}" for o in result.patches if o.status in FAILURES
                 )
                 return result
+            key = pin.version if pristine.source == "index" else f"{pin.version}@{pristine.source}"
+            if not record:
+                check = compare_entry(lock_path, key, result.lock_entry(pin.sha256))
+                result.lock = check.state
+                result.ok = check.state != "mismatch"
+                if not result.ok:
+                    result.error = f"{lock_path}: result for {key} differs from the lock ({check.difference})"
+                return result
             if not discard_local and not _at(tree_path, result.commit):
                 _refuse_to_lose_work(tree_path, result.commit)
-            key = pin.version if pristine.source == "index" else f"{pin.version}@{pristine.source}"
             check = check_entry(lock_path, key, result.lock_entry(pin.sha256), update_lock)
             result.lock = check.state
             if check.state == "mismatch":

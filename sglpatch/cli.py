@@ -64,7 +64,6 @@ def _parser() -> argparse.ArgumentParser:
 
     witness = sub.add_parser("witness", help="run each patch's witness on pins, pristine and patched")
     witness.add_argument("pins", nargs="*", help="pin versions (default: all)")
-    witness.add_argument("--out", type=Path, help="where trees and the report go (default: build/)")
     _witness_mode_arguments(witness)
     witness.set_defaults(func=_witness)
 
@@ -345,7 +344,15 @@ def _apply_into(project: Project, args: argparse.Namespace) -> int:
 
 
 def _witness(project: Project, args: argparse.Namespace) -> int:
-    report = apply_series(project, args.pins, out_dir=args.out, allow_unavailable=args.allow_unavailable)
+    import tempfile
+
+    # The witnesses run on trees built in a scratch folder: nothing of the project changes (no
+    # branch moves, no lock entry); apply is the command that records.
+    with tempfile.TemporaryDirectory(prefix="sglpatch-witness-") as scratch:
+        report = apply_series(
+            project, args.pins, out_dir=Path(scratch), allow_unavailable=args.allow_unavailable, record=False
+        )
+    progress.stop()
     print(render_witnesses(report))
     return 0 if report.ok else 1
 

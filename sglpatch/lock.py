@@ -50,6 +50,16 @@ def check_entry(path: Path, key: str, entry: dict, update: bool) -> LockCheck:
         return LockCheck("recorded" if old is None else "updated")
 
 
+def compare_entry(path: Path, key: str, entry: dict) -> LockCheck:
+    """``entry`` against the lock, writing nothing: "matches", "not in the lock" or "mismatch"."""
+    old = read_lock(path)["pins"].get(key)
+    if old == entry:
+        return LockCheck("matches")
+    if old is None:
+        return LockCheck("not in the lock")
+    return LockCheck("mismatch", describe_difference(old, entry))
+
+
 def describe_difference(old: dict, new: dict) -> str:
     lines = []
     for field in ("artifact_sha256", "pristine", "commit", "tree"):

@@ -92,8 +92,11 @@ def apply_series(
     run_witnesses: bool = True,
     allow_unavailable: bool = False,
     discard_local: bool = False,
+    record: bool = True,
 ) -> ApplyReport:
-    """Apply the series to the named pins (all by default), each independently."""
+    """Apply the series to the named pins (all by default), each independently. Without
+    ``record`` nothing of the project changes: trees are built under ``out_dir`` and the lock is
+    only compared (``sglpatch witness``)."""
     pins = project.pins()
     selected = pins.select(pin_names)
     series = project.series()
@@ -105,13 +108,14 @@ def apply_series(
             result = _apply_one_pin(
                 project, pin, series, trees, git_url,
                 update_lock=update_lock, run_witnesses=run_witnesses,
-                allow_unavailable=allow_unavailable, discard_local=discard_local,
+                allow_unavailable=allow_unavailable, discard_local=discard_local, record=record,
             )
             shown.outcome = "ok" if result.ok else f"FAILED: {result.error[:160]}"
         results.append(result)
     report = ApplyReport(series.version, series.digest(), results, status_suggestions(series, results))
-    destination = report_path or (out_dir or project.build_dir) / "apply-report.json"
-    cache.write_atomically(destination, report.to_json() + "\n")
+    if record or report_path:
+        destination = report_path or (out_dir or project.build_dir) / "apply-report.json"
+        cache.write_atomically(destination, report.to_json() + "\n")
     return report
 
 

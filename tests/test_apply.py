@@ -509,3 +509,28 @@ def test_apply_never_overwrites_an_untracked_file_of_the_user(fake_project, tmp_
     _, result = _outcomes(apply_text(fake_project.project, ["0.1.0"], update_lock=True), "0.1.0")
     assert not result.ok and new_file in result.error
     assert (tree / new_file).read_text() == "my untracked draft\n"
+
+
+def test_the_witness_command_runs_witnesses_and_changes_nothing(fake_project, tmp_path):
+    fake_project.set_patches([("0001-guard.patch", _guard_patch(tmp_path, trailers={"Witness": "rocm-guard"}))])
+    run = subprocess.run(["python", "-m", "sglpatch", "--root", str(fake_project.root), "witness", "--allow-unavailable"],
+                         capture_output=True, text=True)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "0.1.0" in run.stdout and "UNPROVEN" in run.stdout
+    assert not (fake_project.root / "series.lock").exists()
+    assert not (fake_project.root / "build").exists()
+
+
+def test_witnessing_without_recording_compares_with_the_lock_and_moves_no_branch(fake_project, tmp_path, test_witnesses):
+    fake_project.set_patches([("0001-guard.patch", _guard_patch(tmp_path, trailers={"Witness": "guard-text"}))])
+    assert apply_series(fake_project.project, ["0.1.0"]).ok
+    tree = fake_project.root / "build" / "trees" / "0.1.0"
+    lock_before, head_before = (fake_project.root / "series.lock").read_text(), git(tree, "rev-parse", "HEAD")
+    report = apply_series(fake_project.project, ["0.1.0"], out_dir=tmp_path / "scratch", record=False)
+    assert report.ok and report.results[0].lock == "matches"
+    assert report.results[0].patches[0].witness_after.startswith("clean")
+    fake_project.set_patches([("0001-guard.patch", _guard_patch(tmp_path, trailers={"Witness": "guard-text"},
+                                                               body="Another message."))])
+    differs = apply_series(fake_project.project, ["0.1.0"], out_dir=tmp_path / "scratch2", record=False)
+    assert not differs.ok and "differs from the lock" in differs.results[0].error
+    assert (fake_project.root / "series.lock").read_text() == lock_before and git(tree, "rev-parse", "HEAD") == head_before
