@@ -80,10 +80,13 @@ def tvm_include() -> Path:
 
 
 @pytest.fixture
-def toolchain() -> rocm_guard.HipToolchain:
+def toolchain(tmp_path, monkeypatch) -> rocm_guard.HipToolchain:
     found = rocm_guard.HipToolchain.find()
     if found is None:
         skip_unless_required("the HIP toolchain is not installed (bash ci/install-hip-toolchain.sh)")
+    # Each test compiles for itself: an answer remembered by another test would hide what this
+    # one is about (a hang, a crash).
+    monkeypatch.setattr(rocm_guard, "compile_cache", lambda: tmp_path / "compile-cache")
     return found
 
 
@@ -153,6 +156,27 @@ def test_compile_that_hangs_is_unavailable_naming_the_compiler_and_arch(toolchai
     result = toolchain.check("rocm-guard", kernel_tree(tmp_path), tvm_include, **ONE)
     assert result.state == UNAVAILABLE, result
     assert "clang++ (hip-compile gfx942) did not finish within 0.05 s" in result.detail
+
+
+def test_a_kernel_closure_compiled_before_is_not_compiled_again(toolchain, tvm_include, tmp_path, monkeypatch):
+    first = toolchain.check("rocm-guard", kernel_tree(tmp_path / "a"), tvm_include, **ONE)
+    assert first.state == CLEAN, first
+    compiled = []
+    real_run = rocm_guard._run
+
+    def counting(command, what, timeout, **kwargs):
+        if "-c" in command:
+            compiled.append(what)
+        return real_run(command, what, timeout, **kwargs)
+
+    monkeypatch.setattr(rocm_guard, "_run", counting)
+    # The same kernel sources in another checkout: served from the compile cache.
+    again = toolchain.check("rocm-guard", kernel_tree(tmp_path / "b"), tvm_include, **ONE)
+    assert again == first and compiled == []
+    # One byte more in a header the compile reads: compiled again.
+    changed = kernel_tree(tmp_path / "c", extra="// one more line\n")
+    assert toolchain.check("rocm-guard", changed, tvm_include, **ONE).state == CLEAN
+    assert compiled == ["clang++ (hip-compile gfx942)"]
 
 
 def test_nothing_compiled_is_unavailable_never_clean(toolchain, tvm_include, tmp_path):

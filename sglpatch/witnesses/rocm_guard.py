@@ -20,6 +20,11 @@ The answer names this bug only: ``bug`` means a CUDA runtime header was reached 
 from the pin's own kernel sources under the ROCm build. Any other failure (another missing
 header, a syntax error, a compiler crash or hang) is ``unavailable`` with the compiler's first
 error, and ``clean`` means every required architecture compiled.
+
+A compile takes 15-60 s per architecture, and most releases share their kernel sources with the
+release before or with their own patched tree, so each compile's answer is kept under a digest of
+everything it reads (``HipToolchain.closure_key``: toolchain stamp, flags, unit, and the bytes of
+every file the preprocessor reaches in the checkout); the same closure is never compiled twice.
 """
 
 from __future__ import annotations
@@ -298,7 +303,19 @@ class HipToolchain:
         return [*common, f"-I{tvm_include}", f"-I{self.rocm_path / 'include'}", f"-I{layout.root / 'include'}"]
 
     def compile_unit(self, unit: Path, layout: KernelLayout, tvm_include: Path, arch: str) -> tuple[str, str]:
-        """(state, detail) of compiling ``unit`` for ``arch``."""
+        """(state, detail) of compiling ``unit`` for ``arch``.
+
+        The answer is remembered under a digest of everything the compile reads (see
+        ``closure_key``), so a release whose kernel sources are byte for byte those of another
+        is not compiled again; a compile that could not run is never remembered."""
+        key = self.closure_key(unit, layout, tvm_include, arch)
+        entry = compile_cache() / f"{key}.json" if key else None
+        if entry is not None and entry.is_file():
+            try:
+                state, detail = json.loads(entry.read_text())
+                return state, detail
+            except (ValueError, TypeError):
+                entry.unlink(missing_ok=True)
         command = [str(self.clangxx), "-x", "hip", f"--rocm-path={self.rocm_path}",
                    *self.flags(layout, tvm_include, arch), "-c", str(unit), "-o", str(unit.with_suffix(f".{arch}.o"))]
         try:
@@ -306,9 +323,40 @@ class HipToolchain:
                        env={**os.environ, "HIP_PLATFORM": "amd"})
         except Unavailable as exc:
             return UNAVAILABLE, str(exc)
-        if run.returncode == 0:
-            return CLEAN, f"{arch} ({fp8_macro(arch)[2:]})"
-        return _judge_compile(run.stderr, layout)
+        answer = (CLEAN, f"{arch} ({fp8_macro(arch)[2:]})") if run.returncode == 0 else _judge_compile(run.stderr, layout)
+        if entry is not None and answer[0] != UNAVAILABLE:
+            cache.write_atomically(entry, json.dumps(answer))
+        return answer
+
+    def closure_key(self, unit: Path, layout: KernelLayout, tvm_include: Path, arch: str) -> str | None:
+        """A digest of what compiling ``unit`` for ``arch`` reads: the toolchain (its pinned stamp),
+        the flags and the unit with the checkout's own path taken out, the tvm-ffi headers (by
+        folder: they are pinned by version), and the bytes of every file the preprocessor reaches
+        inside the checkout, on the host side and on the device side, plus the name of each
+        header it cannot find. None when the preprocessor cannot say (then nothing is reused)."""
+        root = str(layout.root).rsplit("/python/sglang/", 1)[0]  # the checkout holding python/sglang/...
+        digest = hashlib.sha256(f"rocm-guard-compile-1\0{self.stamp}\0{arch}\0{tvm_include.parent.parent.name}\0".encode())
+        flags = [flag.replace(root, "<tree>") for flag in self.flags(layout, tvm_include, arch)]
+        digest.update("\0".join(flags).encode() + unit.read_text().replace(root, "<tree>").encode())
+        for side in ("--offload-host-only", "--offload-device-only"):
+            command = [str(self.clangxx), "-x", "hip", f"--rocm-path={self.rocm_path}",
+                       *self.flags(layout, tvm_include, arch), side, "-M", "-MG", str(unit)]
+            try:
+                run = _run(command, f"clang++ -M (dependencies for {arch})", PREPROCESS_TIMEOUT_S,
+                           env={**os.environ, "HIP_PLATFORM": "amd"})
+            except Unavailable:
+                return None
+            if run.returncode != 0:
+                return None
+            for dependency in sorted(set(_dependencies(run.stdout))):
+                if Path(dependency) == unit:
+                    continue  # hashed above, with the checkout's path taken out
+                if dependency.startswith(root + "/"):
+                    path = Path(dependency)
+                    digest.update(f"{side}\0{dependency.replace(root, '<tree>')}\0".encode() + path.read_bytes())
+                elif not dependency.startswith("/"):
+                    digest.update(f"{side}\0missing {dependency}\0".encode())
+        return digest.hexdigest()[:32]
 
     def check(self, name: str, layout: KernelLayout, tvm_include: Path,
               arches: tuple[str, ...] = ARCHES, required: tuple[str, ...] = REQUIRED_ARCHES) -> WitnessResult:
@@ -339,6 +387,11 @@ class HipToolchain:
                                  f"{what}; not compiled: {', '.join(missing)} (unknown to {compiler} at {self.clangxx})")
         return WitnessResult(name, CLEAN, level,
                              f"compiled with {compiler} for {', '.join(outcomes[arch][1] for arch in compiled)}")
+
+
+def compile_cache() -> Path:
+    """Where compile answers are kept by ``HipToolchain.closure_key``."""
+    return cache.cache_root() / "rocm-guard-compile"
 
 
 def _per_arch(outcomes: dict[str, tuple[str, str]], arches: list[str]) -> str:
