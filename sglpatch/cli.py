@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 from pathlib import Path
@@ -67,6 +68,7 @@ def _parser() -> argparse.ArgumentParser:
     rebase = sub.add_parser("rebase", help="forward-port the series to a new sglang release")
     rebase.add_argument("version", help="the new sglang version, e.g. 0.5.24")
     rebase.add_argument("--dry-run", action="store_true", help="classify only; write nothing")
+    rebase.add_argument("--json", type=Path, help="also write the report as JSON here")
     rebase.set_defaults(func=_rebase)
 
     series = sub.add_parser("series", help="series versions: bump, diff")
@@ -207,15 +209,16 @@ def _upstream(project: Project, args: argparse.Namespace) -> int:
 
 def _rebase(project: Project, args: argparse.Namespace) -> int:
     report = forward.forward_port(project, args.version.removeprefix("v"), write=not args.dry_run)
-    print(f"sglang {report.version} ({report.artifact})")
-    for outcome in report.outcomes:
-        print(f"  {outcome.name}  {outcome.verdict}  {outcome.rendition}")
-        for line in outcome.detail.splitlines():
-            print(f"      {line}")
+    print(report.text())
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(report.to_dict(), indent=2) + "\n")
     if report.written:
-        print("pinned in upstream/pins.toml, renditions written, lock recorded; review and commit them")
+        print("written: " + ", ".join(report.files) + "; review and commit them")
     elif not report.complete:
-        print("not written: a patch needs a person (conflict); the series and pins are unchanged")
+        print("not written: not every patch is classified; the series, pins and lock are unchanged")
+    else:
+        print("dry run: nothing written; would write " + ", ".join(report.files))
     return 0 if report.complete else 1
 
 
