@@ -92,6 +92,23 @@ def _parser() -> argparse.ArgumentParser:
     upstream.add_argument("--head", help="with --open-pr: the pushed branch as gh should name it (owner:branch)")
     upstream.set_defaults(func=_upstream)
 
+    status = sub.add_parser("status", help="the last apply's Upstream-Status suggestions; --write puts them in the patches")
+    status.add_argument("--report", type=Path, help="the apply report (default: build/apply-report.json)")
+    status.add_argument(
+        "--write",
+        action="store_true",
+        help="write them into every rendition's trailers (Upstream-Status, Fixed-Upstream-In) and re-record the lock",
+    )
+    status.set_defaults(func=_status)
+
+    watch = sub.add_parser("watch", help="rebase the series onto every release on the index newer than the newest pin")
+    watch.add_argument("--dry-run", action="store_true", help="classify only; write nothing")
+    watch.add_argument("--out", type=Path, help="where report.md and report.json go (default: build/watch/)")
+    watch.add_argument("--open-pr", action="store_true", help="when every patch is classified: commit on a branch, push, open a PR with gh")
+    watch.add_argument("--base", default="main", help="with --open-pr: the branch the PR goes to (default: main)")
+    watch.add_argument("--remote", default="origin", help="with --open-pr: the remote to push the branch to (default: origin)")
+    watch.set_defaults(func=_watch)
+
     check = sub.add_parser("check", help="lint the series, patches, trailers and renditions")
     check.set_defaults(func=_check)
 
@@ -220,6 +237,34 @@ def _rebase(project: Project, args: argparse.Namespace) -> int:
     else:
         print("dry run: nothing written; would write " + ", ".join(report.files))
     return 0 if report.complete else 1
+
+
+def _status(project: Project, args: argparse.Namespace) -> int:
+    from sglpatch import suggest
+
+    report = args.report or project.build_dir / "apply-report.json"
+    suggestions = suggest.read_suggestions(report, project.series())
+    for s in suggestions:
+        print(f"{s.patch}: Upstream-Status: {s.current} -> {s.suggested} ({s.evidence})")
+        if s.fixed_in:
+            print(f"    Fixed-Upstream-In: {s.fixed_upstream_in}")
+    if not suggestions:
+        print(f"no Upstream-Status suggestions in {report}")
+    elif args.write:
+        for path in suggest.write_suggestions(project, suggestions):
+            print(f"written: {path.relative_to(project.root)}")
+        print("lock re-recorded; review the change with `git diff` and commit it")
+    return 0
+
+
+def _watch(project: Project, args: argparse.Namespace) -> int:
+    from sglpatch import watch
+
+    result = watch.watch(project, write=not args.dry_run, out_dir=args.out)
+    print(result.text())
+    if args.open_pr and result.written:
+        print(watch.open_pull_request(project, result, base=args.base, remote=args.remote))
+    return 0 if result.complete else 1
 
 
 def _check(project: Project, args: argparse.Namespace) -> int:
