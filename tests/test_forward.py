@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -267,7 +268,7 @@ def test_final_apply_that_fails_writes_nothing(fake_project, tmp_path, cache_dir
     # is gone from the index and from the cache: the staged apply of 0.1.0 fails.
     (fake_project.index / "sglang-0.1.0.tar.gz").unlink()
     for entry in (cache_dir / "pristine").glob("0.1.0-*"):
-        subprocess.run(["rm", "-rf", str(entry)], check=True)
+        shutil.rmtree(entry) if entry.is_dir() else entry.unlink()
     for entry in (cache_dir / "artifacts").glob("sglang-0.1.0*"):
         entry.unlink()
     before = _snapshot(fake_project.root)
