@@ -453,7 +453,7 @@ def _port_patch(project, trial: _Trial, patch: SeriesPatch, pins: tuple[Pin, ...
         else:
             outcome.verdict = NEW_RENDITION
             new = project.patches_dir / RENDITIONS_DIR / patch.stem / f"{version}.patch"
-            writes.files[new] = set_applies_to(trial.format_patch(commit), f"=={version}")
+            writes.files[new] = set_applies_to(_with_message_of(candidate.rendition, trial.format_patch(commit)), f"=={version}")
             _claim(writes, patch, None, pins, version)
             outcome.rendition = relative(new)
             outcome.detail = f"merged three-way from {made_for}; witness {witness.name} confirms the merge: review it"
@@ -468,6 +468,13 @@ def _port_patch(project, trial: _Trial, patch: SeriesPatch, pins: tuple[Pin, ...
         outcome.verdict = CONFLICT
         outcome.detail = "no rendition applies, exactly or three-way: port it by hand"
     return outcome
+
+
+def _with_message_of(rendition: PatchFile, merged: str) -> str:
+    """The merged patch with the rendition's own mail header and message (git mailinfo, like git
+    am, drops a subject's bracketed tags such as "[AMD]"; the rendition keeps them)."""
+    head = rendition.raw.decode()
+    return head[: re.search(r"^---$", head, re.MULTILINE).start()] + merged[re.search(r"^---$", merged, re.MULTILINE).start() :]
 
 
 def _claim(writes: _Port, patch: SeriesPatch, chosen: PatchFile | None, pins: tuple[Pin, ...], version: str) -> Path | None:

@@ -73,10 +73,10 @@ def _add_pin(fake_project, version, files):
     pins.write_text(pins.read_text() + pin_entry(version, wheel))
 
 
-def _example_patch(tmp_path, witness="example-20", applies_to=">=0.1", base=None, line=20):
+def _example_patch(tmp_path, witness="example-20", applies_to=">=0.1", base=None, line=20, subject=None):
     files = base or tree_files("0.1.0")
     return format_patch(
-        tmp_path, files, {EXAMPLE: _lines({line: "patched\n"})}, f"example: patch line {line}",
+        tmp_path, files, {EXAMPLE: _lines({line: "patched\n"})}, subject or f"example: patch line {line}",
         trailers={"Witness": witness, "Applies-To": applies_to},
     )
 
@@ -145,7 +145,7 @@ def test_candidates_are_ordered_nearest_release_first():
 
 
 def test_changed_context_is_merged_three_way_into_a_new_rendition(fake_project, tmp_path):
-    fake_project.set_patches([("0001-example.patch", _example_patch(tmp_path))])
+    fake_project.set_patches([("0001-example.patch", _example_patch(tmp_path, subject="[AMD] example: patch line 20"))])
     _release(fake_project, "0.3.0", _lines({17: "upstream changed line 17\n"}))
     report = forward.forward_port(fake_project.project, "0.3.0")
     assert _verdicts(report) == [("0001-example.patch", "new-rendition")]
@@ -156,7 +156,8 @@ def test_changed_context_is_merged_three_way_into_a_new_rendition(fake_project, 
     rendition = fake_project.root / "patches" / "renditions" / "0001-example" / "0.3.0.patch"
     text = rendition.read_text()
     assert "Applies-To: ==0.3.0" in text and " upstream changed line 17" in text and "+patched" in text
-    assert "Problem, cause and fix" in text  # the commit message stays the rendition's own
+    # The commit message stays the rendition's own, its subject's tag included.
+    assert "Problem, cause and fix" in text and "Subject: [PATCH] [AMD] example: patch line 20" in text
     assert report.written
     assert "Applies-To: >=0.1.0,<=0.2.0" in (fake_project.root / "patches" / "0001-example.patch").read_text()
     from sglpatch.check import check_series
