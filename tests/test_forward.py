@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -16,6 +17,7 @@ from sglpatch import forward, witnesses
 from sglpatch.errors import SglpatchError
 from sglpatch.lock import read_lock
 from sglpatch.pins import load_pins
+from sglpatch.project import Project
 from sglpatch.series import load_series
 from sglpatch.witnesses import BUG, CLEAN, WitnessResult
 
@@ -339,3 +341,66 @@ def test_spec_for_holds_exactly_the_given_pins():
     assert forward.spec_for(["0.2.0"], pinned) == "==0.2.0"
     assert forward.spec_for(["0.2.0", "0.2.5", "0.3.0"], pinned) == ">=0.2.0,<=0.3.0"
     assert forward.spec_for(["0.1.0", "0.3.0"], pinned) is None
+
+
+# -- the real series on real releases ------------------------------------------------------------
+
+
+def _real_copy(tmp_path, removed: list[str]):
+    """The repository's patches, lock and pins, with the pins of ``removed`` taken out."""
+    root = tmp_path / "project"
+    shutil.copytree(REPO_ROOT / "patches", root / "patches")
+    shutil.copy(REPO_ROOT / "series.lock", root / "series.lock")
+    (root / "upstream").mkdir(parents=True)
+    text = (REPO_ROOT / "upstream" / "pins.toml").read_text()
+    for version in removed:
+        block = re.search(rf'^\[\[pin\]\]\n(#.*\n)?version = "{re.escape(version)}"\n(?:(?!\[\[pin\]\]).*\n?)*', text, re.MULTILINE)
+        assert block, version
+        text = text[: block.start()] + text[block.end() :]
+    (root / "upstream" / "pins.toml").write_text(text)
+    return Project(root)
+
+
+REMOVED = ["0.5.12.post1", "0.5.18", "0.5.23"]
+
+
+@pytest.mark.network
+@pytest.mark.parametrize("version", REMOVED)
+def test_dry_run_classifies_every_patch_of_a_release_that_is_not_pinned(tmp_path, version):
+    # A copy of the project without three pins: one between two post releases, one after the guard's
+    # file moved to kernels/jit (0.5.17), and the newest. Each is classified without a conflict, as
+    # the committed lock has it.
+    project = _real_copy(tmp_path, REMOVED)
+    before = {path: path.read_bytes() for path in project.root.rglob("*") if path.is_file()}
+    report = forward.forward_port(project, version, write=False)
+    assert report.complete, report.text()
+    locked = {p["name"]: p["status"] for p in read_lock(REPO_ROOT / "series.lock")["pins"][version]["patches"]}
+    expected = {"applied": ("carries-over", "new-rendition"), "applied-with-offset": ("carries-over", "new-rendition"), "not-needed": ("already-upstream",), "not-applicable": ("fixed-upstream",)}
+    for outcome in report.outcomes:
+        assert outcome.verdict in expected[locked[outcome.name]], (outcome.name, outcome.verdict, locked[outcome.name])
+        assert outcome.witness_before and outcome.attempts
+    guard = report.outcomes[0]
+    if version == "0.5.12.post1":
+        assert guard.verdict == "carries-over" and guard.witness_before.startswith("bug")
+        assert guard.witness_after.startswith("clean")
+    else:
+        # The guard's file moved: the rendition made for the new path reverse-applies, so the
+        # release holds this very guard (not "fixed differently").
+        assert guard.verdict == "already-upstream" and guard.witness_before.startswith("clean")
+        assert guard.rendition.endswith("renditions/0001-amd-guard-cuda-runtime-include-fused-metadata-copy/0.5.19.patch")
+    assert {path: path.read_bytes() for path in project.root.rglob("*") if path.is_file()} == before
+
+
+@pytest.mark.network
+def test_end_to_end_rebase_of_the_real_series_pins_the_newest_release_again(tmp_path):
+    project = _real_copy(tmp_path, ["0.5.23"])
+    report = forward.forward_port(project, "0.5.23")
+    assert [(o.name[:4], o.verdict) for o in report.outcomes] == [
+        ("0001", "already-upstream"), ("0002", "carries-over"), ("0003", "carries-over"),
+    ], report.text()
+    assert report.written, report.error
+    ported = load_pins(project.pins_file).select(["0.5.23"])[0]
+    shipped = load_pins(REPO_ROOT / "upstream" / "pins.toml").select(["0.5.23"])[0]
+    assert (ported.artifact, ported.sha256, ported.released) == (shipped.artifact, shipped.sha256, shipped.released)
+    # The lock it records is the committed one: the same series gives the same commits.
+    assert read_lock(project.lock_file)["pins"]["0.5.23"] == read_lock(REPO_ROOT / "series.lock")["pins"]["0.5.23"]
