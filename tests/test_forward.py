@@ -9,6 +9,7 @@ import re
 import shutil
 import subprocess
 import sys
+import zipfile
 
 import pytest
 
@@ -102,6 +103,11 @@ def test_patch_that_applies_as_is_carries_over_and_its_applies_to_grows_to_the_r
     assert [(a.how, a.result) for a in outcome.attempts] == [("exact", "applies")]
     pin = load_pins(fake_project.root / "upstream" / "pins.toml").select(["0.3.0"])[0]
     assert pin.artifact.endswith(".whl") and not pin.commit and "rebase" in pin.commit_evidence
+    # A flat folder index gives no upload time: the pin says where its date came from.
+    with zipfile.ZipFile(fake_project.index / pin.artifact) as wheel:
+        newest = max(info.date_time for info in wheel.infolist())
+    assert pin.released == "{:04d}-{:02d}-{:02d}T{:02d}:{:02d}:{:02d}Z".format(*newest)
+    assert "# released: the index gives no upload time" in (fake_project.root / "upstream" / "pins.toml").read_text()
     assert "Applies-To: >=0.1.0,<=0.3.0" in (fake_project.root / "patches" / "0001-example.patch").read_text()
     lock = read_lock(fake_project.root / "series.lock")["pins"]
     assert lock["0.3.0"]["patches"][0]["status"] == "applied"
