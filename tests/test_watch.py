@@ -205,3 +205,17 @@ def test_watch_end_to_end_on_the_real_series_with_a_stand_in_future_release(tmp_
     assert call["args"][call["args"].index("--head") + 1] == "sglpatch-watch/sglang-0.5.24"
     assert "### sglang 0.5.24: every patch classified" in call["body"]
     assert "series.lock" in git(remote, "diff", "--name-only", "main", "sglpatch-watch/sglang-0.5.24")
+
+
+def test_the_daily_workflow_runs_the_watch_session_and_keeps_the_report():
+    import yaml
+
+    workflow = yaml.safe_load((REPO_ROOT / "ci" / "workflows" / "watch.yml").read_text())
+    triggers = workflow[True]  # YAML reads the bare key `on` as True
+    assert triggers["schedule"][0]["cron"].split()[2:] == ["*", "*", "*"]  # every day
+    assert workflow["permissions"] == {"contents": "write", "pull-requests": "write"}
+    steps = workflow["jobs"]["watch"]["steps"]
+    run = next(step for step in steps if "nox -s watch" in step.get("run", ""))
+    assert "--open-pr" in run["run"] and run["env"]["GH_TOKEN"]
+    upload = next(step for step in steps if step.get("uses", "").startswith("actions/upload-artifact"))
+    assert upload["if"] == "always()" and upload["with"]["path"] == "build/watch/"
