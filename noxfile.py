@@ -5,6 +5,7 @@
     nox -s witness               every patch's witness on every pin, pristine and patched
     nox -s upstream -- PATCH     prepare one patch as an upstream pull request
     nox -s rebase -- VERSION     forward-port the series to a new sglang release
+    nox -s watch                 rebase onto every release on the index newer than the newest pin
     nox -s tests                 the test suite, in parallel
 
 The test matrix (README "Test matrix"): one session per cell, tagged by the tier that runs it.
@@ -124,6 +125,12 @@ def upstream(session: nox.Session) -> None:
 def rebase(session: nox.Session) -> None:
     """Forward-port the series to a new sglang release: `nox -s rebase -- 0.5.24`."""
     _sglpatch(session, "rebase")
+
+
+@nox.session
+def watch(session: nox.Session) -> None:
+    """Rebase onto every release on the index newer than the newest pin: `nox -s watch -- --open-pr`."""
+    _sglpatch(session, "watch")
 
 
 @nox.session

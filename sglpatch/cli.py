@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 
@@ -83,6 +84,7 @@ def _parser() -> argparse.ArgumentParser:
     rebase = sub.add_parser("rebase", help="forward-port the series to a new sglang release")
     rebase.add_argument("version", help="the new sglang version, e.g. 0.5.24")
     rebase.add_argument("--dry-run", action="store_true", help="classify only; write nothing")
+    rebase.add_argument("--json", type=Path, help="also write the report as JSON here")
     rebase.set_defaults(func=_rebase)
 
     series = sub.add_parser("series", help="series versions: bump, diff")
@@ -129,6 +131,23 @@ def _parser() -> argparse.ArgumentParser:
     where.add_argument("--quilt", type=Path, metavar="DIR", help="a quilt patches folder with its series file")
     where.add_argument("--mbox", type=Path, metavar="FILE", help="one mbox, in order, for git am")
     export.set_defaults(func=_export)
+
+    status = sub.add_parser("status", help="the last apply's Upstream-Status suggestions; --write puts them in the patches")
+    status.add_argument("--report", type=Path, help="the apply report (default: build/apply-report.json)")
+    status.add_argument(
+        "--write",
+        action="store_true",
+        help="write them into every rendition's trailers (Upstream-Status, Fixed-Upstream-In) and re-record the lock",
+    )
+    status.set_defaults(func=_status)
+
+    watch = sub.add_parser("watch", help="rebase the series onto every release on the index newer than the newest pin")
+    watch.add_argument("--dry-run", action="store_true", help="classify only; write nothing")
+    watch.add_argument("--out", type=Path, help="where report.md and report.json go (default: build/watch/)")
+    watch.add_argument("--open-pr", action="store_true", help="when every patch is classified: commit on a branch, push, open a PR with gh")
+    watch.add_argument("--base", default="main", help="with --open-pr: the branch the PR goes to (default: main)")
+    watch.add_argument("--remote", default="origin", help="with --open-pr: the remote to push the branch to (default: origin)")
+    watch.set_defaults(func=_watch)
 
     check = sub.add_parser("check", help="lint the series, patches, trailers and renditions")
     check.set_defaults(func=_check)
@@ -407,15 +426,16 @@ def _upstream(project: Project, args: argparse.Namespace) -> int:
 
 def _rebase(project: Project, args: argparse.Namespace) -> int:
     report = forward.forward_port(project, args.version.removeprefix("v"), write=not args.dry_run)
-    print(f"sglang {report.version} ({report.artifact})")
-    for outcome in report.outcomes:
-        print(f"  {outcome.name}  {outcome.verdict}  {outcome.rendition}")
-        for line in outcome.detail.splitlines():
-            print(f"      {line}")
+    print(report.text())
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(report.to_dict(), indent=2) + "\n")
     if report.written:
-        print("pinned in upstream/pins.toml, renditions written, lock recorded; review and commit them")
+        print("written: " + ", ".join(report.files) + "; review and commit them")
     elif not report.complete:
-        print("not written: a patch needs a person (conflict); the series and pins are unchanged")
+        print("not written: not every patch is classified; the series, pins and lock are unchanged")
+    else:
+        print("dry run: nothing written; would write " + ", ".join(report.files))
     return 0 if report.complete else 1
 
 
@@ -475,6 +495,34 @@ def _export(project: Project, args: argparse.Namespace) -> int:
         mbox = authoring.export_mbox(project, version, args.mbox)
         print(f"{mbox}: mbox for sglang {version} (git am {mbox} on the pristine tree)")
     return 0
+
+
+def _status(project: Project, args: argparse.Namespace) -> int:
+    from sglpatch import suggest
+
+    report = args.report or project.build_dir / "apply-report.json"
+    suggestions = suggest.read_suggestions(report, project.series())
+    for s in suggestions:
+        print(f"{s.patch}: Upstream-Status: {s.current} -> {s.suggested} ({s.evidence})")
+        if s.fixed_in:
+            print(f"    Fixed-Upstream-In: {s.fixed_upstream_in}")
+    if not suggestions:
+        print(f"no Upstream-Status suggestions in {report}")
+    elif args.write:
+        for path in suggest.write_suggestions(project, suggestions):
+            print(f"written: {path.relative_to(project.root)}")
+        print("lock re-recorded; review the change with `git diff` and commit it")
+    return 0
+
+
+def _watch(project: Project, args: argparse.Namespace) -> int:
+    from sglpatch import watch
+
+    result = watch.watch(project, write=not args.dry_run, out_dir=args.out)
+    print(result.text())
+    if args.open_pr and result.written:
+        print(watch.open_pull_request(project, result, base=args.base, remote=args.remote))
+    return 0 if result.complete else 1
 
 
 def _check(project: Project, args: argparse.Namespace) -> int:

@@ -1,13 +1,22 @@
 """Upstream-Status suggestions: when a newer pin already has a patch (it reverse-applies) or its
-fix (its witness passes on the pristine tree), the patch's status should say so."""
+fix (its witness passes on the pristine tree), the patch's status should say so.
+
+``apply`` reports them; ``sglpatch status --write`` writes them into every rendition of the patch
+(``Upstream-Status`` and ``Fixed-Upstream-In`` with the evidence), stages the series with them,
+re-records the lock of every pin from a staged apply, and moves the files in for review in git.
+"""
 
 from __future__ import annotations
 
+import json
+import re
 from dataclasses import dataclass
+from pathlib import Path
 
 from packaging.version import Version
 
 from sglpatch.apply import ALREADY_UPSTREAM, NOT_NEEDED, PinResult
+from sglpatch.errors import SglpatchError
 from sglpatch.series import Series
 
 UNSETTLED = ("Pending", "Submitted")
@@ -19,6 +28,12 @@ class Suggestion:
     current: str
     suggested: str
     evidence: str
+    fixed_in: str = ""  # the first pin where upstream has the change or the fix
+    fixed_evidence: str = ""  # the Fixed-Upstream-In trailer's value
+
+    @property
+    def fixed_upstream_in(self) -> str:
+        return f"{self.fixed_in} ({self.fixed_evidence})" if self.fixed_in else ""
 
 
 def status_suggestions(series: Series, results: list[PinResult]) -> list[Suggestion]:
@@ -27,21 +42,90 @@ def status_suggestions(series: Series, results: list[PinResult]) -> list[Suggest
         current = patch.main.trailer("Upstream-Status") or ""
         if not current.startswith(UNSETTLED):
             continue
-        evidence = sorted(
-            (Version(result.version), result.version, outcome.reverse_applies)
-            for result in results
-            for outcome in result.patches
-            if outcome.name == patch.name and outcome.status in (ALREADY_UPSTREAM, NOT_NEEDED)
+        outcomes = sorted(
+            ((Version(result.version), result.version, outcome) for result in results for outcome in result.patches if outcome.name == patch.name),
+            key=lambda item: item[0],
         )
+        evidence = [(version, outcome) for _, version, outcome in outcomes if outcome.status in (ALREADY_UPSTREAM, NOT_NEEDED)]
         if not evidence:
             continue
-        first = evidence[0][1]
-        same = [version for _, version, reverse_applies in evidence if reverse_applies]
+        first, first_outcome = evidence[0]
+        same = [version for version, outcome in evidence if outcome.reverse_applies]
+        witnessed = [version for version, outcome in evidence if outcome.status == NOT_NEEDED]
+        needed_before = [version for parsed, version, outcome in outcomes if outcome.needed and parsed < Version(first)]
+        witness = (patch.main.trailer("Witness") or "").split(" ")[0]
         if same:
             suggested = f"Accepted [{same[0]}]"
             why = f"the patch reverse-applies on {', '.join(same)}: upstream has this change"
         else:
             suggested = f"Inappropriate [fixed upstream differently in {first}]"
-            why = f"its witness passes on the pristine {', '.join(version for _, version, _ in evidence)}"
-        suggestions.append(Suggestion(patch.name, current, suggested, why))
+            why = f"its witness passes on the pristine {', '.join(witnessed)}"
+        parts = [
+            "the patch reverse-applies" if first_outcome.reverse_applies else "upstream fixed it its own way",
+        ]
+        if first_outcome.status == NOT_NEEDED and witness:
+            parts.append(f"{witness} passes on the pristine {first}")
+        if needed_before:
+            parts.append(f"fails on {needed_before[-1]}" if witness else f"needed on {needed_before[-1]}")
+        suggestions.append(Suggestion(patch.name, current, suggested, why, first, ", ".join(parts)))
     return suggestions
+
+
+def read_suggestions(report_path: Path, series: Series) -> list[Suggestion]:
+    """The suggestions of an apply report, refused when the report is of another series."""
+    try:
+        data = json.loads(report_path.read_text())
+    except FileNotFoundError:
+        raise SglpatchError(f"{report_path}: no apply report; run `sglpatch apply` first") from None
+    except ValueError as exc:
+        raise SglpatchError(f"{report_path}: not a JSON apply report: {exc}") from None
+    digest = (data.get("series") or {}).get("digest") if isinstance(data, dict) else None
+    if digest != series.digest():
+        raise SglpatchError(
+            f"{report_path}: the report is of another state of the series (digest {str(digest)[:12]}, now "
+            f"{series.digest()[:12]}); run `sglpatch apply` again first"
+        )
+    fields = Suggestion.__dataclass_fields__
+    return [Suggestion(**{k: v for k, v in item.items() if k in fields}) for item in data.get("status_suggestions", [])]
+
+
+def with_trailers(text: str, status: str, fixed_upstream_in: str) -> str:
+    """A format-patch file's text with its Upstream-Status replaced and Fixed-Upstream-In set
+    (replaced, or added before Applies-To), inside the commit message only."""
+    message_end = re.search(r"^---$", text, re.MULTILINE)
+    if message_end is None:
+        raise SglpatchError("not a format-patch file: no '---' line after the commit message")
+    message, rest = text[: message_end.start()], text[message_end.start() :]
+    message, replaced = re.subn(r"^Upstream-Status: .*$", f"Upstream-Status: {status}", message, count=1, flags=re.MULTILINE)
+    if not replaced:
+        raise SglpatchError("no Upstream-Status trailer to replace")
+    if fixed_upstream_in:
+        line = f"Fixed-Upstream-In: {fixed_upstream_in}"
+        message, replaced = re.subn(r"^Fixed-Upstream-In: .*$", line, message, count=1, flags=re.MULTILINE)
+        if not replaced:
+            message, added = re.subn(r"^(Applies-To: .*)$", line + r"\n\1", message, count=1, flags=re.MULTILINE)
+            if not added:
+                raise SglpatchError("no Applies-To trailer to put Fixed-Upstream-In before")
+    return message + rest
+
+
+def write_suggestions(project, suggestions: list[Suggestion]) -> list[Path]:
+    """Write ``suggestions`` into every rendition of their patches; the lock of every pin is
+    re-recorded from a staged apply with witnesses, and nothing is written unless it succeeds.
+    Returns the files changed."""
+    from sglpatch.forward import write_staged
+
+    series = project.series()
+    changes: dict[Path, bytes] = {}
+    for suggestion in suggestions:
+        for rendition in series.get(suggestion.patch).renditions:
+            try:
+                text = with_trailers(rendition.raw.decode(), suggestion.suggested, suggestion.fixed_upstream_in)
+            except SglpatchError as exc:
+                raise SglpatchError(f"{rendition.path}: {exc}") from None
+            if text.encode() != rendition.raw:
+                changes[rendition.path] = text.encode()
+    if not changes:
+        return []
+    write_staged(project, changes, [pin.version for pin in project.pins().pins])
+    return sorted(changes)
