@@ -494,7 +494,7 @@ def _apply_one(
     rendition: PatchFile,
     parent: str,
 ) -> PatchOutcome:
-    where = _display_name(rendition)
+    where = display_name(rendition)
     outcome = PatchOutcome(name=name, status="", rendition=str(rendition.path))
     patch_set = diffs.parse_diff(rendition)
     existing, created = diffs.touched_paths(patch_set)
@@ -528,7 +528,7 @@ def _apply_one(
         outcome.detail = f"{where}: not in the tree: {', '.join(missing)}"
         return outcome
     outcome.status = CONFLICT
-    outcome.detail = _conflict_detail(where, patch_set, forward.stderr.decode())
+    outcome.detail = conflict_detail(where, patch_set, forward.stderr.decode())
     return outcome
 
 
@@ -543,7 +543,7 @@ def _reverse_applies(tree_path: Path, env: dict[str, str], rendition: PatchFile)
     return reverse.returncode == 0
 
 
-def _display_name(rendition: PatchFile) -> str:
+def display_name(rendition: PatchFile) -> str:
     parts = rendition.path.parts
     return "/".join(parts[-3:]) if len(parts) >= 3 and parts[-3] == RENDITIONS_DIR else parts[-1]
 
@@ -557,7 +557,7 @@ def _through_link(path: str, modes: dict[str, str]) -> str | None:
     return None
 
 
-def _conflict_detail(where: str, patch_set: unidiff.PatchSet, stderr: str) -> str:
+def conflict_detail(where: str, patch_set: unidiff.PatchSet, stderr: str) -> str:
     match = _FAILED_AT_RE.search(stderr)
     if not match:
         return f"{where}: {stderr.strip()}"

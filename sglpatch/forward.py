@@ -46,8 +46,8 @@ from sglpatch.apply import (
     APPLIED_WITH_OFFSET,
     NOT_APPLICABLE,
     NOT_NEEDED,
-    _conflict_detail,
-    _display_name,
+    conflict_detail,
+    display_name,
     checkout_commit,
     commit_patch,
 )
@@ -329,7 +329,7 @@ class _Trial:
         diff = rendition.diff_text.encode()
         check = run_git(["apply", "--cached", "--check", "-v", "--whitespace=nowarn", "-"], self.repo, env=self.env, input=diff, check=False)
         if check.returncode != 0:
-            return "does not apply", "", _conflict_detail(_display_name(rendition), parse_diff(rendition), check.stderr.decode())
+            return "does not apply", "", conflict_detail(display_name(rendition), parse_diff(rendition), check.stderr.decode())
         run_git(["apply", "--cached", "--whitespace=nowarn", "-"], self.repo, env=self.env, input=diff)
         offsets = _OFFSET_RE.findall(check.stderr.decode())
         detail = ", ".join(f"hunk {h} at line {line} (offset {off})" for h, line, off in offsets)
