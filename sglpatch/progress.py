@@ -27,9 +27,10 @@ def configure(mode: str = "auto", stream=None) -> None:
     """``auto``: live on a terminal, lines otherwise; ``quiet``: nothing."""
     if mode not in _MODES:
         raise ValueError(mode)
-    stream = stream or sys.stderr
     if mode == "auto":
-        mode = "live" if getattr(stream, "isatty", lambda: False)() else "lines"
+        mode = "live" if getattr(stream or sys.stderr, "isatty", lambda: False)() else "lines"
+    # Without a stream given, sys.stderr is looked up at each write: a caller (or pytest) may
+    # replace it between runs.
     _state.update(mode=mode, stream=stream, progress=None)
 
 

@@ -69,16 +69,16 @@ class ApplyReport:
     def ok(self) -> bool:
         return all(result.ok for result in self.results)
 
+    def to_dict(self) -> dict:
+        return {
+            "series": {"version": self.series_version, "digest": self.series_digest},
+            "ok": self.ok,
+            "pins": [asdict(result) for result in self.results],
+            "status_suggestions": [asdict(suggestion) for suggestion in self.suggestions],
+        }
+
     def to_json(self) -> str:
-        return json.dumps(
-            {
-                "series": {"version": self.series_version, "digest": self.series_digest},
-                "ok": self.ok,
-                "pins": [asdict(result) for result in self.results],
-                "status_suggestions": [asdict(suggestion) for suggestion in self.suggestions],
-            },
-            indent=2,
-        )
+        return json.dumps(self.to_dict(), indent=2)
 
 
 def apply_series(

@@ -456,7 +456,7 @@ def test_cli_apply_exits_non_zero_naming_the_witness_that_could_not_run(fake_pro
     fake_project.set_patches([("0001-guard.patch", _guard_patch(tmp_path, trailers={"Witness": "rocm-guard"}))])
     run = subprocess.run(["python", "-m", "sglpatch", "--root", str(fake_project.root), "apply", "0.1.0"],
                          capture_output=True, text=True)
-    assert run.returncode == 1, run.stdout + run.stderr
+    assert run.returncode == 4, run.stdout + run.stderr  # exit status 4: a witness could not run here
     assert "witness-unavailable" in run.stdout and "rocm-guard" in run.stdout and "FAILED" in run.stdout
     allowed = subprocess.run(
         ["python", "-m", "sglpatch", "--root", str(fake_project.root), "apply", "0.1.0", "--allow-unavailable"],

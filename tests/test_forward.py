@@ -322,9 +322,8 @@ def test_dry_run_classifies_and_writes_nothing(fake_project, tmp_path):
 def test_cli_rebase_prints_every_try_and_writes_a_json_report(fake_project, tmp_path):
     fake_project.set_patches([("0001-example.patch", _example_patch(tmp_path))])
     _release(fake_project, "0.3.0", _lines({20: "upstream rewrote line 20\n"}))
-    out = tmp_path / "rebase.json"
     done = subprocess.run(
-        [sys.executable, "-m", "sglpatch", "--root", str(fake_project.root), "rebase", "0.3.0", "--dry-run", "--json", str(out)],
+        [sys.executable, "-m", "sglpatch", "--root", str(fake_project.root), "rebase", "0.3.0", "--dry-run", "--json"],
         capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(REPO_ROOT)}, timeout=300,
     )
     # The subprocess has the real witnesses only, so the test witness is unknown there: the CLI

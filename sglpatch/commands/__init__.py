@@ -1,0 +1,93 @@
+"""One file per ``sglpatch`` verb: its arguments (``register``) and its door onto the library
+(``run``). The verbs are listed here in the order ``sglpatch --help`` shows them."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from sglpatch import progress
+
+
+def modules():
+    from sglpatch.commands import (
+        apply,
+        bench,
+        check,
+        cpu_env,
+        export,
+        fetch,
+        image,
+        matrix,
+        patch,
+        pins,
+        profile,
+        quark_mtp_exclude,
+        rebase,
+        series,
+        status,
+        upstream,
+        watch,
+        witness,
+    )
+
+    return [apply, witness, check, pins, fetch, cpu_env, patch, export, image, upstream, rebase, status,
+            watch, series, profile, quark_mtp_exclude, matrix, bench]
+
+
+def add(sub, name: str, run, help: str, *, needs_project: bool = True) -> argparse.ArgumentParser:
+    """A verb's parser, with ``run`` as what it does."""
+    parser = sub.add_parser(name, help=help, description=help[:1].upper() + help[1:] + ".")
+    parser.set_defaults(run=run, needs_project=needs_project)
+    return parser
+
+
+def json_flag(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--json", action="store_true", help="print one JSON document on stdout; the text goes to stderr")
+
+
+def witness_mode(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--allow-unavailable",
+        action="store_true",
+        help="a witness that cannot run here does not fail the pin; every such line says UNPROVEN",
+    )
+
+
+def text(args: argparse.Namespace):
+    """Where a verb's human text goes: stdout, or stderr when stdout carries its JSON document."""
+    return sys.stderr if getattr(args, "json", False) else sys.stdout
+
+
+def say(args: argparse.Namespace, line: str = "") -> None:
+    progress.stop()
+    print(line, file=text(args))
+
+
+def emit_json(args: argparse.Namespace, document) -> None:
+    if getattr(args, "json", False):
+        progress.stop()
+        print(json.dumps(document, indent=2, default=str))
+
+
+def rocm_options(parser: argparse.ArgumentParser, prefix: str = "") -> None:
+    parser.add_argument("--image", help=f"{prefix}base image for the pin ({{version}} is replaced; default: the pin's rocm_image)")
+    parser.add_argument("--model", help=f"{prefix}the model folder (default: the profile's, or $SGLPATCH_MODEL)")
+    parser.add_argument("--hf-cache", type=Path,
+                        help=f"{prefix}the Hugging Face cache to mount (default: $HF_HOME or ~/.cache/huggingface)")
+    parser.add_argument("--server-timeout", type=int, default=2400, help=f"{prefix}seconds for a server to become healthy")
+
+
+def options_from(args: argparse.Namespace):
+    from sglpatch.matrix import rocm as rocm_tier
+
+    options = rocm_tier.RocmOptions(base_image=args.image, model=args.model, server_timeout=args.server_timeout)
+    if args.hf_cache:
+        options.hf_cache = args.hf_cache
+    return options
+
+
+def pin_version(project, name: str) -> str:
+    return project.pins().select([name])[0].version

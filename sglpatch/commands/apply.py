@@ -1,0 +1,72 @@
+"""``sglpatch apply``: the series applied to pinned releases (or ``--into`` a checkout of yours)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from sglpatch import exitcodes
+from sglpatch.commands import add, emit_json, json_flag, say, witness_mode
+from sglpatch.errors import SglpatchError
+from sglpatch.project import apply_series
+from sglpatch.report import render_apply
+
+
+def register(sub) -> None:
+    parser = add(sub, "apply", run, "apply the series to pinned sglang releases")
+    parser.add_argument("pins", nargs="*", help="pin versions (default: all)")
+    parser.add_argument("--update-lock", action="store_true", help="accept results that differ from series.lock")
+    parser.add_argument("--out", type=Path, help="where trees and the report go (default: build/)")
+    parser.add_argument("--git-url", help="take pristine trees from this git remote or mirror, not the index")
+    parser.add_argument("--report", type=Path, help="write the JSON report here (default: build/apply-report.json)")
+    json_flag(parser)
+    parser.add_argument(
+        "--no-witnesses",
+        action="store_true",
+        help="classify by text alone (apply/reverse-apply), without running the patches' witnesses",
+    )
+    witness_mode(parser)
+    parser.add_argument(
+        "--into",
+        type=Path,
+        metavar="CHECKOUT",
+        help="apply to your own sglang checkout (e.g. /sgl-workspace/sglang in the ROCm image) instead of build/trees",
+    )
+    parser.add_argument(
+        "--discard-local",
+        action="store_true",
+        help="drop commits and untracked files of yours in build/trees/<pin> that the applied tree replaces",
+    )
+
+
+def run(project, args) -> int:
+    if args.into is not None:
+        return _into(project, args)
+    report = apply_series(
+        project,
+        args.pins,
+        update_lock=args.update_lock,
+        out_dir=args.out,
+        git_url=args.git_url,
+        report_path=args.report,
+        run_witnesses=not args.no_witnesses,
+        allow_unavailable=args.allow_unavailable,
+        discard_local=args.discard_local,
+    )
+    where = args.report or (args.out or project.build_dir) / "apply-report.json"
+    say(args, render_apply(report, str(where)))
+    emit_json(args, report.to_dict())
+    return exitcodes.for_pins(report.results)
+
+
+def _into(project, args) -> int:
+    from sglpatch.into import apply_into
+
+    if len(args.pins) > 1:
+        raise SglpatchError("--into takes at most one pin (default: the checkout's own sglang version)")
+    done = apply_into(project, args.into, args.pins[0] if args.pins else None, allow_unavailable=args.allow_unavailable)
+    say(args, f"{done.checkout}: the series for sglang {done.version} applied as {done.how}")
+    for line in [*done.commits, *done.files]:
+        say(args, f"  {line[:12] if line in done.commits else line}")
+    emit_json(args, {"checkout": str(done.checkout), "version": done.version, "how": done.how,
+                     "commits": done.commits, "files": done.files})
+    return exitcodes.OK

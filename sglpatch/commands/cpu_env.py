@@ -1,0 +1,19 @@
+"""``sglpatch cpu-env``: build (or reuse) the CPU Python the witnesses' probes run in."""
+
+from __future__ import annotations
+
+from sglpatch import exitcodes, pyenv
+from sglpatch.commands import add, say
+
+
+def register(sub) -> None:
+    parser = add(sub, "cpu-env", run, "build (or reuse) the CPU Python the witnesses' probes run in")
+    parser.add_argument("pins", nargs="*", help="pin versions (default: all)")
+
+
+def run(project, args) -> int:
+    for pin in project.pins().select(args.pins):
+        python = pyenv.cpu_python(pin)
+        overlay = " ".join(f"{name}{spec}" for name, spec in python.overlay.items()) or "(the base alone)"
+        say(args, f"{pin.version}: {python.python}  {overlay}")
+    return exitcodes.OK

@@ -1,0 +1,118 @@
+"""``sglpatch matrix run|cells|report|plan``: the test matrix's cells, its table and its CI plan."""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from pathlib import Path
+
+from sglpatch import exitcodes
+from sglpatch.commands import add, emit_json, json_flag, options_from, rocm_options, say, witness_mode
+from sglpatch.errors import SglpatchError
+
+
+def register(sub) -> None:
+    from sglpatch import matrix
+
+    parser = add(sub, "matrix", None, "the test matrix: run a cell, list cells, render the table, plan CI")
+    actions = parser.add_subparsers(required=True, metavar="ACTION")
+    run = add(actions, "run", run_cell, "run one cell and write its record under build/matrix/records")
+    run.add_argument("check", choices=list(matrix.CHECKS))
+    run.add_argument("pin")
+    run.add_argument("--depth", type=int, help="speculative depth (spec only): d steps, top-k 1, d+1 draft tokens")
+    run.add_argument("--tier", choices=matrix.TIERS, default="cpu")
+    run.add_argument("--record", type=Path, help="also write the record here (nox reads it to report a skip)")
+    run.add_argument("--no-cache", action="store_true", help="cpu: run even if the cell's answer is cached")
+    witness_mode(run)
+    rocm_options(run, "rocm: ")
+    cells = add(actions, "cells", run_cells, "list the matrix's cells")
+    cells.add_argument("--tier", choices=matrix.TIERS, action="append", help="only this tier (repeatable)")
+    json_flag(cells)
+    report = add(actions, "report", run_report, "render the matrix table from records")
+    report.add_argument("--records", type=Path, help="folder of records (default: build/matrix/records)")
+    report.add_argument("--out", type=Path, help="also write the markdown here (default: build/matrix/matrix.md)")
+    plan = add(actions, "plan", run_plan, "the ROCm CI jobs for an event and their estimated node-hours")
+    plan.add_argument("--event", choices=("pr", "nightly", "weekly"), default="pr")
+    plan.add_argument("--base", help="pr: the base ref; the pins whose patch renditions changed since it")
+    plan.add_argument("--changed", nargs="*", default=[], help="pr: changed files (instead of --base)")
+    plan.add_argument("--records", type=Path, help="records with durations (default: build/matrix/records)")
+    plan.add_argument("--write-workflow", type=Path, help="write the GitHub Actions workflow generated from the plan here")
+    json_flag(plan)
+
+
+def run_cell(project, args) -> int:
+    from sglpatch import matrix
+    from sglpatch.matrix import records as results
+
+    cell = matrix.Cell(args.tier, args.check, args.pin.removeprefix("v"), args.depth)
+    if args.tier == "cpu":
+        record = matrix.run_cpu_cell(project, cell, use_cache=not args.no_cache)
+    else:
+        from sglpatch.matrix import rocm as rocm_tier
+
+        record = rocm_tier.run_rocm_cell(project, cell, options_from(args))
+    cached = " (cached)" if record.cached else ""
+    say(args, f"{cell.label}: {record.outcome}{cached} in {record.seconds:.1f} s")
+    for part in record.parts:
+        say(args, f"  {part.outcome:<8} {part.name}: {part.detail}")
+    if record.reason and not record.parts:
+        say(args, f"  reason: {record.reason}")
+    say(args, f"  record: {project.build_dir / 'matrix' / 'records' / (record.cell_id + '.json')}  log: {record.log}")
+    if args.record:
+        results.write_record(record, args.record.parent)
+        written = args.record.parent / f"{record.cell_id}.json"
+        if written != args.record:
+            written.replace(args.record)
+    if record.outcome == results.FAILED:
+        return exitcodes.FAILED
+    # Every part of a CPU cell can run on a CPU machine with the witnesses' toolchains, so one that
+    # could not run fails the cell unless the user says otherwise; a ROCm cell without a GPU skips.
+    if args.tier == "cpu" and not args.allow_unavailable and record.outcome in (results.PARTIAL, results.SKIPPED):
+        say(args, "  a CPU cell must run every part (--allow-unavailable accepts a partial cell)")
+        return exitcodes.UNAVAILABLE
+    return exitcodes.OK
+
+
+def run_cells(project, args) -> int:
+    from sglpatch import matrix
+
+    tiers = tuple(args.tier) if args.tier else matrix.TIERS
+    cells = matrix.cells([pin.version for pin in project.pins().pins], tiers)
+    for cell in cells:
+        say(args, f"{cell.tier}\t{cell.check}\t{cell.pin}\t{cell.depth or ''}")
+    emit_json(args, [asdict(cell) for cell in cells])
+    return exitcodes.OK
+
+
+def run_report(project, args) -> int:
+    from sglpatch.cache import write_atomically
+    from sglpatch.matrix import records as results
+
+    folder = args.records or project.build_dir / "matrix" / "records"
+    table = results.render_markdown(results.read_records(folder))
+    destination = args.out or project.build_dir / "matrix" / "matrix.md"
+    write_atomically(destination, table)
+    say(args, table)
+    say(args, f"written to {destination}")
+    return exitcodes.OK
+
+
+def run_plan(project, args) -> int:
+    from sglpatch.cache import write_atomically
+    from sglpatch.matrix import plan, workflow
+
+    if args.write_workflow:
+        write_atomically(args.write_workflow, workflow.workflow_yaml())
+        say(args, f"workflow written to {args.write_workflow}")
+        return exitcodes.OK
+    changed = list(args.changed)
+    if args.base:
+        try:
+            changed += plan.git_changed_files(project.root, args.base)
+        except ValueError as exc:
+            raise SglpatchError(str(exc)) from None
+    jobs = plan.plan(project, args.event, changed_files=changed,
+                     records_dir=args.records or project.build_dir / "matrix" / "records")
+    say(args, plan.render(jobs, args.event))
+    emit_json(args, {"event": args.event, "jobs": [{**asdict(job), "id": job.id, "node_hours": job.node_hours} for job in jobs],
+                     "node_hours": round(sum(job.node_hours for job in jobs), 2)})
+    return exitcodes.OK

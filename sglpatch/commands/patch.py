@@ -1,0 +1,38 @@
+"""``sglpatch patch start|refresh``: write patches on a pin's tree, with quilt and git habits."""
+
+from __future__ import annotations
+
+from sglpatch import authoring, exitcodes
+from sglpatch.commands import add, pin_version, say
+
+
+def register(sub) -> None:
+    parser = add(sub, "patch", None, "write patches on a pin's tree: start, refresh (quilt and git habits)")
+    actions = parser.add_subparsers(required=True, metavar="ACTION")
+    start = add(actions, "start", run_start, "apply the series to a pin's tree, ready for your commits")
+    start.add_argument("pin")
+    refresh = add(actions, "refresh", run_refresh, "write the commits of a pin's tree back into patches/")
+    refresh.add_argument("pin")
+    refresh.add_argument("--rendition-of", metavar="PATCH", help="new commits are this patch's rendition for the pin")
+
+
+def run_start(project, args) -> int:
+    version = pin_version(project, args.pin)
+    tree = authoring.start(project, version)
+    say(args, f"{tree}: the series is applied on branch sglpatch")
+    say(args, "  commit your change there (git commit); amend or rebase the series' own commits to change them;")
+    say(args, f"  then: sglpatch patch refresh {version}")
+    return exitcodes.OK
+
+
+def run_refresh(project, args) -> int:
+    version = pin_version(project, args.pin)
+    refreshed = authoring.refresh(project, version, args.rendition_of)
+    for item in refreshed:
+        say(args, f"{item.action:<14} {item.path.relative_to(project.root)}  {item.subject}")
+    problems = authoring.problems_of(project, refreshed)
+    for problem in problems:
+        say(args, problem)
+    if any(item.action != "unchanged" for item in refreshed):
+        say(args, f"next: sglpatch check, then sglpatch apply {version} --update-lock, and commit patches/ and the lock")
+    return exitcodes.FAILED if problems else exitcodes.OK

@@ -1,0 +1,29 @@
+"""``sglpatch witness``: every patch's witness on pins, pristine and patched; it records nothing."""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+from sglpatch import exitcodes
+from sglpatch.commands import add, emit_json, json_flag, say, witness_mode
+from sglpatch.project import apply_series
+from sglpatch.report import render_witnesses
+
+
+def register(sub) -> None:
+    parser = add(sub, "witness", run, "run each patch's witness on pins, pristine and patched (records nothing)")
+    parser.add_argument("pins", nargs="*", help="pin versions (default: all)")
+    witness_mode(parser)
+    json_flag(parser)
+
+
+def run(project, args) -> int:
+    # The trees are built in a scratch folder: no branch moves and no lock entry is written;
+    # apply is the command that records.
+    with tempfile.TemporaryDirectory(prefix="sglpatch-witness-") as scratch:
+        report = apply_series(project, args.pins, out_dir=Path(scratch), allow_unavailable=args.allow_unavailable,
+                              record=False)
+    say(args, render_witnesses(report))
+    emit_json(args, report.to_dict())
+    return exitcodes.for_pins(report.results)
