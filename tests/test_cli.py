@@ -1,0 +1,73 @@
+"""The command line as its users expect it: --version, --json, plain help, exit codes that tell
+the cases apart (sglpatch/exitcodes.py)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from conftest import format_patch, tree_files
+from sglpatch import __version__, exitcodes
+
+KERNEL = "python/sglang/jit_kernel/csrc/kernel.cuh"
+EXAMPLE = "python/sglang/srt/layers/example.py"
+
+
+def sglpatch(root, *args):
+    return subprocess.run([sys.executable, "-m", "sglpatch", "--root", str(root), *args], capture_output=True, text=True,
+                          timeout=600)
+
+
+def test_version_and_plain_help():
+    run = subprocess.run([sys.executable, "-m", "sglpatch", "--version"], capture_output=True, text=True)
+    assert run.returncode == 0 and run.stdout.strip() == f"sglpatch {__version__}"
+    helped = subprocess.run([sys.executable, "-m", "sglpatch", "--help"], capture_output=True, text=True)
+    assert helped.returncode == 0 and "``" not in helped.stdout and "exit status:" in helped.stdout
+    for code in range(5):
+        assert f"  {code}  " in helped.stdout
+
+
+def _patches(fake_project, tmp_path, line=20, text="line 20 patched\n"):
+    files = tree_files("0.1.0")
+    patch = format_patch(tmp_path, files, {EXAMPLE: files[EXAMPLE].replace(f"line {line}\n", text)}, "example: patch",
+                         trailers={"Witness": "rocm-guard"})
+    fake_project.set_patches([("0001-example.patch", patch)])
+
+
+@pytest.mark.parametrize("args", [["pins"], ["check"], ["apply", "--no-witnesses"], ["witness", "--allow-unavailable"],
+                                  ["matrix", "cells"], ["matrix", "plan", "--event", "nightly"]])
+def test_json_prints_one_document_on_stdout_and_the_text_on_stderr(fake_project, tmp_path, args):
+    _patches(fake_project, tmp_path)
+    run = sglpatch(fake_project.root, *args, "--json")
+    assert run.returncode == 0, run.stdout + run.stderr
+    document = json.loads(run.stdout)  # the whole of stdout is one JSON document
+    assert document is not None and run.stderr.strip()
+
+
+def test_exit_status_1_when_a_patch_fails(fake_project, tmp_path):
+    files = tree_files("0.1.0")
+    patch = format_patch(tmp_path, {**files, EXAMPLE: "other\n"}, {EXAMPLE: "changed\n"}, "does not apply")
+    fake_project.set_patches([("0001-conflict.patch", patch)])
+    assert sglpatch(fake_project.root, "apply", "--no-witnesses").returncode == exitcodes.FAILED
+
+
+def test_exit_status_2_for_usage_and_bad_input(fake_project):
+    assert sglpatch(fake_project.root, "apply", "--no-such-flag").returncode == exitcodes.USAGE
+    assert sglpatch(fake_project.root, "apply", "9.9.9").returncode == exitcodes.USAGE
+
+
+def test_exit_status_3_when_the_result_differs_from_the_lock(fake_project, tmp_path):
+    _patches(fake_project, tmp_path)
+    assert sglpatch(fake_project.root, "apply", "--no-witnesses").returncode == exitcodes.OK
+    _patches(fake_project, tmp_path, text="line 20 patched differently\n")
+    run = sglpatch(fake_project.root, "apply", "--no-witnesses")
+    assert run.returncode == exitcodes.LOCK_MISMATCH and "--update-lock" in run.stdout
+
+
+def test_exit_status_4_when_a_witness_cannot_run_here(fake_project, tmp_path):
+    _patches(fake_project, tmp_path)  # rocm-guard finds no kernel to compile in this small tree
+    run = sglpatch(fake_project.root, "apply")
+    assert run.returncode == exitcodes.UNAVAILABLE and "witness-unavailable" in run.stdout
