@@ -300,6 +300,13 @@ def _matrix_parser(sub) -> None:
     report.add_argument("--records", type=Path, help="folder of records (default: build/matrix/records)")
     report.add_argument("--out", type=Path, help="also write the markdown here (default: build/matrix/matrix.md)")
     report.set_defaults(func=_matrix_report)
+    job = actions.add_parser("job", help="a pin's ROCm CI job: the image built once, one server per launch configuration, the checks in sequence")
+    job.add_argument("pin")
+    job.add_argument("--event", choices=("pr", "nightly", "weekly"), default="pr",
+                     help="which sessions: pr and nightly the matrix and the gate, weekly the bench")
+    job.add_argument("--record", type=Path, help="also write the job's outcome here (nox reads it to report a skip)")
+    _rocm_options(job)
+    job.set_defaults(func=_matrix_job)
     plan = actions.add_parser("plan", help="the ROCm CI jobs for an event and their estimated node-hours")
     plan.add_argument("--event", choices=("pr", "nightly", "weekly"), default="pr")
     plan.add_argument("--base", help="pr: the base ref; the pins whose patch renditions changed since it")
@@ -544,6 +551,29 @@ def _matrix_report(project: Project, args: argparse.Namespace) -> int:
     print(table)
     print(f"written to {destination}")
     return 0
+
+
+def _matrix_job(project: Project, args: argparse.Namespace) -> int:
+    import json as _json
+
+    from sglpatch.matrix import records as results
+    from sglpatch.matrix import rocm_job
+
+    version = project.pins().select([args.pin.removeprefix("v")])[0].version
+    result = rocm_job.run_job(project, version, rocm_job.items_for(args.event), _options_from(args), event=args.event)
+    print(f"{result.job}: {result.outcome}; {len(result.servers)} server start(s)" + (f" ({result.reason})" if result.reason else ""))
+    for server in result.servers:
+        print(f"  server {server['launch']}: {', '.join(server['steps'])}")
+    for record in result.records:
+        print(f"  {record.outcome:<8} {record.cell_id}" + (f": {record.reason}" if record.reason else ""))
+    for record in result.bench_records:
+        print(f"  {record.outcome:<8} bench {record.workload} {record.variant}" + (f": {record.reason}" if record.reason else ""))
+    print(f"  job record: {result.path}")
+    if args.record:
+        args.record.parent.mkdir(parents=True, exist_ok=True)
+        args.record.write_text(_json.dumps({"outcome": result.outcome, "reason": result.reason}))
+    failed = any(results.failing(r) for r in result.records) or any(r.outcome == results.FAILED for r in result.bench_records)
+    return 1 if failed else 0
 
 
 def _matrix_plan(project: Project, args: argparse.Namespace) -> int:
