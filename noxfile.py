@@ -14,6 +14,8 @@ The test matrix (README "Test matrix"): one session per cell, tagged by the tier
     nox -t rocm                  the same checks in patched ROCm containers (docker + AMD GPUs);
                                  they skip, saying why, where there is no engine or no /dev/kfd
     nox -s "spec(cpu, 0.5.14, 5)"  one cell; nox -l lists them all
+    nox -s "rocm-job(0.5.23)" -- --event nightly   a pin's ROCm CI job: the image built once, one
+                                 server per launch configuration shared by the checks that launch it
     nox -s report                the matrix table from the records in build/matrix/records
 
 The bench (README "Bench"), on ROCm nodes: tagged rocm and bench, skipping here with the reason.
@@ -213,6 +215,19 @@ def load(session: nox.Session, tier: str, pin: str) -> None:
 def spec(session: nox.Session, tier: str, pin: str, depth: int) -> None:
     """Matrix: the profile at EAGLE depth d (d steps, top-k 1, d+1 drafts) is accepted (cpu) and serves well (rocm)."""
     _cell(session, tier, "spec", pin, depth)
+
+
+@nox.session(name="rocm-job", venv_backend="none", default=False, requires=["matrix-env"])
+@nox.parametrize("pin", [nox.param(pin, id=pin, tags=["rocm-job"]) for pin in PINS])
+def rocm_job(session: nox.Session, pin: str) -> None:
+    """ROCm CI job of one pin: image built once, one server per launch configuration shared by its checks; -- --event pr|nightly|weekly."""
+    python = _matrix_python(session)
+    record = ROOT / ".nox" / "matrix-sessions" / f"rocm-job-{pin}.json"
+    record.unlink(missing_ok=True)
+    session.run(python, "-m", "sglpatch", "matrix", "job", pin, "--record", str(record), *session.posargs, external=True)
+    outcome = json.loads(record.read_text())
+    if outcome["outcome"] == "skipped":
+        session.skip(outcome["reason"])
 
 
 @nox.session(venv_backend="none", requires=["matrix-env"])

@@ -4,26 +4,31 @@ No registry is reachable here, so a ``FROM scratch`` busybox image holding the p
 kernel sources at /sgl-workspace/sglang stands in for the released ROCm image, and the GPU flags are
 off. Everything else is the tier's own code: the patched image is built from it with the real
 series applied inside, labelled; a container runs a check command against the patched checkout and
-streams its log; clean-up removes only our containers. Skips, with the reason, where dockerd cannot
-start.
+streams its log; clean-up removes only our containers. For a pin's ROCm job the stand-in also holds
+this machine's Python and a test double of sglang's server (``tests/rocm_standin/``), so the
+in-image scripts run for real: one server container per launch configuration, shared by the
+checks that launch it. Skips, with the reason, where dockerd cannot start.
 """
 
 from __future__ import annotations
 
 import io
+import json
 import shutil
 import subprocess
 import tarfile
+from pathlib import Path
 
 import pytest
 
 from conftest import AUTHOR_ENV, REPO_ROOT, git
-from docker_engine import EngineCannotStart, local_engine, standin_base_image
+from docker_engine import EngineCannotStart, host_python, local_engine, standin_base_image
 from sglpatch import matrix
-from sglpatch.matrix import containers
+from sglpatch.matrix import containers, plan, rocm_job
 from sglpatch.matrix import rocm as rocm_tier
 from sglpatch.project import Project
-from sglpatch.matrix.records import SKIPPED
+from sglpatch.matrix.records import FAILED, PASSED, SKIPPED
+from sglpatch.rocm_checks import serve_check
 
 pytestmark = pytest.mark.network  # the real pin's pristine tree comes from the package index
 
@@ -195,10 +200,13 @@ def test_rocm_cell_runs_against_the_engine_and_records_the_image(engine, project
     assert record.image_digest == engine.images.get(containers.PatchedImage(
         standin, PIN, record.series_version, record.series_hash, ()).tag).id
     assert record.outcome == "failed", record
+    # A cell alone is a job of one cell: the image's build log streamed into the job's log (the
+    # apply step itself may come from the layer cache of the first test), the container's refusal
+    # to start a missing python3 into the cell's log too.
     log = open(record.log).read()
-    # The build log streamed into the cell's log (the apply step itself may come from the layer
-    # cache of the first test), then the container's refusal to start a missing python3.
-    assert "apply-series.sh" in log and '"python3": executable file not found' in log
+    job_log = (Path(record.log).parent / f"rocm-job-build-{PIN}.log").read_text()
+    assert "apply-series.sh" in job_log and '"python3": executable file not found' in log
+    assert '"python3": executable file not found' in job_log
     assert not engine.containers.list(all=True, filters={"label": f"{containers.LABEL_CELL}={record.cell_id}"})
 
 
@@ -248,3 +256,160 @@ def test_apply_into_the_checkout_of_the_standin_image(engine, project, standin, 
     assert done.how == "git commits" and len(done.commits) == len(matrix.prepare_pin(project, PIN).applied())
     assert "#ifndef USE_ROCM" in (checkout / KERNEL).read_text()
     assert git(checkout, "log", "-1", "--format=%cn").strip() == "In The Container"
+
+
+# -- a pin's ROCm job: one server per launch configuration, shared by its checks ----------------
+
+STANDIN_SGLANG = Path(__file__).parent / "rocm_standin" / "sglang"
+
+
+@pytest.fixture(scope="module")
+def standin_with_server(engine, pin_under_test):
+    """The stand-in image with this machine's Python and the test double of sglang's server and
+    GSM8K evaluation (``tests/rocm_standin/``) in its standard library folder; no torch, so the
+    build cell's compile script cannot import it and must fail."""
+    try:
+        python = host_python()
+    except EngineCannotStart as exc:
+        pytest.skip(f"no Python for the stand-in image: {exc}")
+    files = {**_standin_files(pin_under_test), **python.files}
+    for path in sorted(STANDIN_SGLANG.rglob("*.py")):
+        files[f"{python.stdlib}/sglang/{path.relative_to(STANDIN_SGLANG)}"] = path.read_bytes()
+    tag = f"sglpatch-test/rocm-standin:{PIN}-server"
+    standin_base_image(engine, tag, files, links=python.links, executables=(python.program,))
+    return tag
+
+
+def _standin_model(folder: Path, behaviour: dict) -> Path:
+    """A model folder; the stand-in server reads how to behave from its standin.json."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "standin.json").write_text(json.dumps(behaviour))
+    return folder
+
+
+def _job_options(engine, image: str, model: Path, tmp_path: Path, **overrides) -> rocm_tier.RocmOptions:
+    (tmp_path / "hf").mkdir(exist_ok=True)
+    settings = dict(base_image=image, model=str(model), hf_cache=tmp_path / "hf", docker_url=engine.sglpatch_url,
+                    gpu=False, network="none", server_timeout=60, health_poll_s=0.2, cell_timeout=120)
+    return rocm_tier.RocmOptions(**{**settings, **overrides})
+
+
+def _server_starts(project: Project) -> list[dict]:
+    """What the stand-in server logged at each start, in the job's state folder."""
+    path = project.build_dir / "matrix" / "rocm-state" / PIN / "standin-server-starts.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+def _forget_server_starts(project: Project) -> None:
+    (project.build_dir / "matrix" / "rocm-state" / PIN / "standin-server-starts.jsonl").unlink(missing_ok=True)
+
+
+def _ours_left(engine) -> list:
+    return engine.containers.list(all=True, filters={"label": rocm_job.LABEL_JOB})
+
+
+def test_a_pins_job_starts_one_server_per_launch_configuration_shared_by_its_checks(engine, project, standin_with_server, tmp_path):
+    _forget_server_starts(project)
+    model = _standin_model(tmp_path / "model", {})
+    items = rocm_job.items_for("nightly")
+    result = rocm_job.run_job(project, PIN, items, _job_options(engine, standin_with_server, model, tmp_path),
+                              event="nightly", on_log=lambda line: None)
+
+    # The servers the stand-in really started: one per distinct launch configuration, in the order
+    # the grouping plans them, with the profile's environment -- and as many as the CI plan counts.
+    started = _server_starts(project)
+    planned = [list(launch.argv) + ["--host", "127.0.0.1", "--port", str(serve_check.PORT)]
+               for group in rocm_job.job_groups(items, model=str(model)) for launch in group.launches]
+    assert [start["argv"] for start in started] == planned
+    assert len({tuple(start["argv"]) for start in started}) == len(started) == 7
+    assert {start["SGLANG_USE_AITER"] for start in started} == {"1"}
+    nightly = next(job for job in plan.plan(project, "nightly") if job.pin == PIN)
+    assert len(nightly.launches) == len(started) == len(result.servers)
+
+    # One record per cell, on disk; load, the gate and depth 5 were served by one container.
+    records = {record.cell_id: record for record in result.records}
+    assert list(records) == [item.record_id(PIN) for item in items]
+    for cell_id, record in records.items():
+        on_disk = json.loads((project.build_dir / "matrix" / "records" / f"{cell_id}.json").read_text())
+        assert on_disk["outcome"] == record.outcome and on_disk["image_digest"] == record.image_digest
+    served = {cell_id: record.figures["server"]["container"] for cell_id, record in records.items() if "server" in record.figures}
+    shipped = {served[f"rocm-load-{PIN}"], served[f"rocm-accuracy-{PIN}"], served[f"rocm-spec-{PIN}-d5"]}
+    assert len(shipped) == 1
+    others = {served[f"rocm-spec-{PIN}-d{depth}"] for depth in (1, 2, 3, 4, 6)}
+    assert len(others) == 5 and not others & shipped
+    assert records[f"rocm-load-{PIN}"].figures["server"]["shared_by"] == [
+        f"load(rocm, {PIN})", f"accuracy(rocm, {PIN})", f"spec(rocm, {PIN}, 5)"]
+
+    # The checks ran against the stand-in and were judged by the tier's own code.
+    for cell_id, record in records.items():
+        if cell_id != f"rocm-build-{PIN}":
+            assert record.outcome == PASSED, (cell_id, record.parts)
+    spec5 = records[f"rocm-spec-{PIN}-d5"].figures
+    assert spec5["accept_length"] == pytest.approx(sum(0.95**k for k in range(6)), abs=1e-3)
+    assert spec5["prefix_match_mean"] == 1.0
+    assert records[f"rocm-accuracy-{PIN}"].figures["accuracy"] == 0.95
+    # The build cell runs in its own container, without a server, and the stand-in has no torch.
+    build = records[f"rocm-build-{PIN}"]
+    assert build.outcome == FAILED and "No module named 'torch'" in build.reason and "server" not in build.figures
+
+    job_record = json.loads(result.path.read_text())
+    assert job_record["server_starts"] == 7 and job_record["image_digest"] == build.image_digest
+    assert all(server["serving"] for server in job_record["servers"])
+    assert not _ours_left(engine)
+
+
+@pytest.mark.parametrize("behaviour, load_fails, gate_fails", [
+    ({"generate": "error"}, "one generate", "GSM8K"),
+    ({"generate": "hang"}, "timed out", "timed out"),
+    ({"generate": "exit"}, "one generate", "server healthy: not healthy"),  # the server died while held
+    ({"start": "mismatch"}, "no shape mismatch in the server log", "the server exited with 1"),
+])
+def test_a_failing_check_fails_its_records_and_the_server_container_is_removed(
+        engine, project, standin_with_server, tmp_path, behaviour, load_fails, gate_fails):
+    _forget_server_starts(project)
+    model = _standin_model(tmp_path / "model", behaviour)
+    options = _job_options(engine, standin_with_server, model, tmp_path, cell_timeout=4)
+    result = rocm_job.run_job(project, PIN, [rocm_job.Item("load"), rocm_job.Item("accuracy")], options,
+                              on_log=lambda line: None)
+    assert len(_server_starts(project)) == len(result.servers) == 1  # load and the gate share it
+    load, gate = result.records
+    assert load.outcome == FAILED and load_fails in load.reason, load.reason
+    assert gate.outcome == FAILED and gate_fails in gate.reason, gate.reason
+    assert not _ours_left(engine)
+
+
+def test_an_interrupted_job_still_removes_its_server_container(engine, project, standin_with_server, tmp_path):
+    model = _standin_model(tmp_path / "model", {})
+    seen: list[str] = []
+
+    def interrupt_at_the_first_check(line: str) -> None:
+        seen.append(line)
+        if line.startswith(f"# rocm-load-{PIN}: against the server"):
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        rocm_job.run_job(project, PIN, [rocm_job.Item("load")], _job_options(engine, standin_with_server, model, tmp_path),
+                         on_log=interrupt_at_the_first_check)
+    assert any('"serving": true' in line for line in seen)  # the server was up when the job was stopped
+    assert not _ours_left(engine)
+
+
+def test_a_spec_cell_alone_starts_its_baselines_once_then_reuses_them(engine, project, standin_with_server, tmp_path):
+    """For a person debugging one cell: the first run of spec depth 5 starts the baselines'
+    servers and its own; a second run on the same image reuses the baselines."""
+    _forget_server_starts(project)
+    model = _standin_model(tmp_path / "model", {})
+    options = _job_options(engine, standin_with_server, model, tmp_path)
+    state = project.build_dir / "matrix" / "rocm-state" / PIN
+    for old in state.glob("baseline-*.json"):
+        old.unlink()
+    cell = matrix.Cell("rocm", "spec", PIN, 5)
+    first = rocm_tier.run_rocm_cell(project, cell, options, on_log=lambda line: None)
+    assert first.outcome == PASSED, first.parts
+    launches = rocm_job.Launches(str(model))
+    assert [start["argv"][:-4] for start in _server_starts(project)] == [  # less --host and --port
+        list(launches.plain().argv), list(launches.depth(3).argv), list(launches.depth(5).argv)]
+    second = rocm_tier.run_rocm_cell(project, cell, options, on_log=lambda line: None)
+    assert second.outcome == PASSED and len(_server_starts(project)) == 4
+    assert second.figures["depth3_decode_tok_s"] == first.figures["depth3_decode_tok_s"]
+    assert not _ours_left(engine)

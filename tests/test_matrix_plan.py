@@ -1,5 +1,6 @@
-"""The ROCm CI plan and the workflow generated from it: jobs per event, node-hours, the committed
-workflow equal to the generated one, and its rocm job fanning out over exactly what the plan says."""
+"""The ROCm CI plan and the workflow generated from it: jobs per event, which checks of a job share
+a server (the grouping the job runner and the plan both use), node-hours, the committed workflow
+equal to the generated one, and its rocm job fanning out over exactly what the plan says."""
 
 from __future__ import annotations
 
@@ -13,7 +14,9 @@ from pathlib import Path
 import yaml
 
 from conftest import REPO_ROOT
-from sglpatch.matrix import plan, workflow
+from sglpatch.matrix import plan, rocm_job, workflow
+from sglpatch.matrix.cells import PROFILE
+from sglpatch.profile import load_profile
 from sglpatch.project import Project
 
 WORKFLOW = REPO_ROOT / "ci" / "workflows" / "matrix.yml"
@@ -40,13 +43,77 @@ def test_nightly_runs_the_matrix_and_the_gate_per_pin_weekly_the_bench():
     assert job.sessions == [f"build(rocm, {job.pin})", f"load(rocm, {job.pin})",
                             *[f"spec(rocm, {job.pin}, {d})" for d in range(1, 7)], f"accuracy(rocm, {job.pin})"]
     # load, accuracy and depth 5 launch the profile as shipped: one server start for the three
-    assert len(job.launches) == 7 and any("load, accuracy, spec depth 5" in launch for launch in job.launches)
+    assert len(job.launches) == 7
+    assert f"profile as shipped: load(rocm, {job.pin}), accuracy(rocm, {job.pin}), spec(rocm, {job.pin}, 5)" in job.launches
     defaults = plan.DEFAULT_SECONDS
     assert job.seconds == (defaults["image"] + defaults["build"] + defaults["load"] + 6 * defaults["spec"]
-                           + defaults["accuracy"] + 7 * defaults["server-start"])
+                           + defaults["accuracy"] + 2 * defaults["baseline"] + 7 * defaults["server-start"])
     assert job.node_hours == round(job.seconds / 3600, 2)
     weekly = plan.plan(PROJECT, "weekly")
     assert weekly[0].sessions == [f"bench(rocm, {PINS[0]}, serving)", f"bench(rocm, {PINS[0]}, single-stream)"]
+    assert weekly[0].seconds == (defaults["image"] + defaults["bench-serving"] + defaults["bench-single-stream"]
+                                 + 3 * defaults["server-start"])
+
+
+def _shares(event: str) -> dict[str, list[str]]:
+    """Per server start of an event's job (by launch name): the steps it serves."""
+    groups = rocm_job.job_groups(rocm_job.items_for(event))
+    return {launch.name: [step.label("X") for step in group.steps] for group in groups for launch in group.launches}
+
+
+def test_load_the_gate_and_depth_5_share_one_server_every_other_launch_its_own_in_each_event():
+    for event in ("pr", "nightly"):
+        assert _shares(event) == {
+            "no speculative decoding": [rocm_job.BASELINES["greedy"]],
+            "EAGLE depth 3": [rocm_job.BASELINES["speed"], "spec(rocm, X, 3)"],
+            "profile as shipped": ["load(rocm, X)", "accuracy(rocm, X)", "spec(rocm, X, 5)"],
+            **{f"EAGLE depth {d}": [f"spec(rocm, X, {d})"] for d in (1, 2, 4, 6)},
+        }
+        groups = rocm_job.job_groups(rocm_job.items_for(event))
+        assert [step.label("X") for group in groups if not group.launches for step in group.steps] == ["build(rocm, X)"]
+        assert groups[0].launches == ()  # the build needs no server and runs first
+    # weekly: the bench, one server per workload variant, as bench_run.py starts them
+    assert _shares("weekly") == {
+        "serving as-shipped": ["bench(rocm, X, serving)"],
+        "single-stream as-shipped": ["bench(rocm, X, single-stream)"],
+        "single-stream custom-all-reduce": ["bench(rocm, X, single-stream)"],
+    }
+
+
+def test_sharing_follows_from_equal_launch_configurations_not_from_names():
+    launches = rocm_job.Launches("/models/m")
+    shipped = launches.shipped()
+    assert launches.depth(5) == shipped == launches.gate()  # equal argv and environment
+    assert shipped.argv == tuple(load_profile(PROFILE).server_args("/models/m"))
+    assert dict(shipped.env) == load_profile(PROFILE).env
+    assert all(launches.depth(d) != shipped for d in (1, 2, 3, 4, 6))
+    assert not any(arg.startswith("--speculative") for arg in launches.plain().argv)
+    for event in plan.EVENTS:  # within a job, no configuration is started twice
+        job = [launch for group in rocm_job.job_groups(rocm_job.items_for(event)) for launch in group.launches]
+        assert job and len(set(job)) == len(job)
+
+
+def test_a_cell_alone_starts_only_the_servers_it_needs():
+    def starts(*items, **known):
+        return rocm_job.server_starts(rocm_job.job_groups(list(items), **known))
+
+    assert starts(rocm_job.Item("build")) == 0
+    assert starts(rocm_job.Item("load")) == 1
+    assert starts(rocm_job.Item("spec", 5)) == 3  # no speculation and depth 3 (its baselines), then depth 5
+    assert starts(rocm_job.Item("spec", 3)) == 2  # depth 3 measures its own baseline speed
+    assert starts(rocm_job.Item("spec", 5), baselines_known=True) == 1
+    assert starts(rocm_job.Item("load"), rocm_job.Item("accuracy"), rocm_job.Item("spec", 5), baselines_known=True) == 1
+
+
+def test_the_plan_counts_exactly_the_server_starts_of_the_jobs_grouping():
+    for event in plan.EVENTS:
+        groups = rocm_job.job_groups(rocm_job.items_for(event))
+        for job in plan.plan(PROJECT, event):
+            assert len(job.launches) == rocm_job.server_starts(groups)
+            assert job.groups == groups
+        without = plan.estimate(event, PINS[-1], {"server-start": 0.0})
+        with_one = plan.estimate(event, PINS[-1], {"server-start": 1.0})
+        assert with_one.seconds - without.seconds == rocm_job.server_starts(groups)
 
 
 def test_recorded_durations_replace_the_defaults_and_the_plan_says_so(tmp_path):
@@ -54,11 +121,16 @@ def test_recorded_durations_replace_the_defaults_and_the_plan_says_so(tmp_path):
         (tmp_path / f"{check}.json").write_text(json.dumps(
             {"tier": "rocm", "check": check, "pin": "0.5.23", "outcome": "passed", "seconds": seconds}))
     (tmp_path / "skipped.json").write_text(json.dumps({"tier": "rocm", "check": "spec", "outcome": "skipped", "seconds": 1}))
+    (tmp_path / "rocm-job-0.5.23-nightly.json").write_text(json.dumps({
+        "kind": "rocm-job", "pin": "0.5.23", "image_s": 600.0,
+        "servers": [{"serving": True, "seconds": 700.0}, {"serving": True, "seconds": 500.0}, {"serving": False, "seconds": 3.0}],
+        "baselines": [{"seconds": 50.0, "error": ""}, {"seconds": 70.0, "error": ""}]}))
     job = plan.plan(PROJECT, "nightly", records_dir=tmp_path)[-1]
-    assert job.seconds == plan.DEFAULT_SECONDS["image"] + 100 + 1000 + 6 * 500 + 2000
-    assert "spec: recorded" in job.sources
+    assert job.seconds == 600 + 100 + 1000 + 6 * 500 + 2000 + 2 * 60 + 7 * 600
+    assert {"spec: recorded", "server-start: recorded", "image: recorded", "baseline: recorded"} <= set(job.sources)
     text = plan.render([job], "nightly")
     assert f"{job.node_hours:.2f} node-hours" in text and 'nox -s "spec(rocm, 0.5.23, 5)"' in text
+    assert 'nox -s "rocm-job(0.5.23)" -- --event nightly' in text
 
 
 def test_the_committed_workflow_is_the_generated_one():
@@ -93,11 +165,13 @@ def test_the_rocm_jobs_fan_out_over_exactly_the_plan_one_job_per_pin(tmp_path):
         expected = plan.plan(PROJECT, event, records_dir=REPO_ROOT / "build" / "matrix" / "records")
         assert [entry["id"] for entry in include] == [job.id for job in expected]
         assert [json.loads(entry["sessions"]) for entry in include] == [job.sessions for job in expected]
+        assert [(entry["pin"], entry["event"]) for entry in include] == [(job.pin, event) for job in expected]
         assert f"ROCm CI plan for {event}" in summary
     runner = re.fullmatch(r"\$\{\{ fromJSON\(needs\.[\w-]+\.outputs\.(\w+)\) \}\}", rocm["runs-on"]).group(1)
     assert json.loads(outputs[runner]) == ["self-hosted", "linux-mi35x-gpu-8"]
-    runs = " ".join(s.get("run", "") for s in rocm["steps"])
-    assert '"-m", "nox", "-s", *json.loads(os.environ["SESSIONS"])' in runs
+    door = next(s for s in rocm["steps"] if "rocm-job" in s.get("run", ""))
+    assert door["run"].strip() == 'python3 -m nox -s "rocm-job($PIN)" -- --event "$EVENT"'
+    assert door["env"] == {"PIN": "${{ matrix.pin }}", "EVENT": "${{ matrix.event }}"}
     assert any("matrix-${{ matrix.id }}" == s.get("with", {}).get("name") for s in rocm["steps"])
     cpu_runs = [s.get("run", "") for s in jobs["cpu"]["steps"]]
     assert "nox -t cpu" in cpu_runs and "nox -s tests" in cpu_runs and "nox -s apply" in cpu_runs
@@ -110,6 +184,7 @@ def test_every_planned_session_is_one_nox_lists():
     for event in plan.EVENTS:
         for job in plan.plan(PROJECT, event):
             assert set(job.sessions) <= listed, set(job.sessions) - listed
+            assert f"rocm-job({job.pin})" in listed  # the door the workflow runs
 
 
 def test_the_bench_and_the_gate_are_listed_for_every_pin_under_the_bench_tag():

@@ -141,3 +141,79 @@ def test_serve_check_compares_greedy_outputs_by_prefix():
     assert serve_check.accept_length({"completion_tokens": 64, "spec_verify_ct": 16}) == 4.0
     assert serve_check.accept_length({"completion_tokens": 64}) is None
     assert Path(serve_check.__file__).name == "serve_check.py"
+
+
+# -- a pin's job where the tier cannot run ------------------------------------------------------
+
+
+def _scratch_project(tmp_path):
+    """The repository's pins, patches and lock in a scratch folder, so build/ lands there."""
+    import shutil
+
+    from conftest import REPO_ROOT
+    from sglpatch.project import Project
+
+    for part in ("upstream", "patches"):
+        shutil.copytree(REPO_ROOT / part, tmp_path / part)
+    shutil.copy(REPO_ROOT / "series.lock", tmp_path / "series.lock")
+    return Project(tmp_path)
+
+
+def test_a_job_without_a_docker_engine_records_every_cell_skipped_with_the_reason(tmp_path):
+    from sglpatch.matrix import rocm_job
+    from sglpatch.matrix.records import SKIPPED, read_records
+
+    project = _scratch_project(tmp_path)
+    options = rocm_tier.RocmOptions(gpu=False, docker_url=f"unix://{tmp_path}/no-engine.sock")
+    items = rocm_job.items_for("nightly")
+    result = rocm_job.run_job(project, "0.5.23", items, options, event="nightly", on_log=lambda line: None)
+    assert [r.cell_id for r in result.records] == [item.record_id("0.5.23") for item in items]
+    assert {r.outcome for r in result.records} == {SKIPPED} and result.outcome == SKIPPED
+    assert all("no docker engine" in r.reason for r in result.records)
+    on_disk = {r.cell_id: r.outcome for r in read_records(project.build_dir / "matrix" / "records")}
+    assert on_disk == {r.cell_id: SKIPPED for r in result.records}  # the job's own record is not a cell's
+    job = json.loads(result.path.read_text())
+    assert job["server_starts"] == 0 and "no docker engine" in job["reason"]
+
+
+def test_a_job_without_dev_kfd_skips_the_matrix_and_the_bench_with_the_reason(tmp_path):
+    from sglpatch.matrix import rocm_job
+    from sglpatch.matrix.records import SKIPPED
+
+    if rocm_tier.KFD.exists():
+        import pytest
+
+        pytest.skip("this machine has /dev/kfd: the no-GPU skip cannot be observed here")
+    project = _scratch_project(tmp_path)
+    for event in ("pr", "weekly"):
+        result = rocm_job.run_job(project, "0.5.23", rocm_job.items_for(event), rocm_tier.RocmOptions(), event=event,
+                                  on_log=lambda line: None)
+        assert result.outcome == SKIPPED and result.outcomes and set(result.outcomes) == {SKIPPED}
+        assert all("/dev/kfd" in r.reason for r in [*result.records, *result.bench_records])
+    assert len(result.bench_records) == 3  # serving; single stream as shipped and custom-all-reduce
+
+
+def test_the_sglpatch_matrix_job_door_prints_and_records_a_skip(tmp_path, capsys):
+    from sglpatch import cli
+
+    project = _scratch_project(tmp_path)
+    record = tmp_path / "job.json"
+    if rocm_tier.KFD.exists():
+        import pytest
+
+        pytest.skip("this machine has /dev/kfd")
+    code = cli.main(["-q", "--root", str(project.root), "matrix", "job", "0.5.23", "--event", "nightly", "--record", str(record)])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert "rocm-job-0.5.23-nightly: skipped; 0 server start(s)" in out and "rocm-spec-0.5.23-d5" in out
+    assert json.loads(record.read_text())["outcome"] == "skipped"
+
+
+def test_a_server_that_never_came_up_fails_every_check_of_its_group_with_what_it_reported():
+    report = {"healthy_s": None, "error": "the server exited with 1", "gpu": "AMD Instinct MI355X",
+              "mismatch_lines": ["RuntimeError: size mismatch for model.decoder.mlp.shared_experts.gate_up_proj"]}
+    record = CellRecord("rocm", "spec", "0.5.14", 5, "2", "ab" * 32, "skipped")
+    rocm_tier.judge_figures(matrix.Cell("rocm", "spec", "0.5.14", 5), dict(report), record)
+    outcomes = _outcomes(record)
+    assert outcomes["server healthy"] == FAILED and outcomes["no shape mismatch in the server log"] == FAILED
+    assert PASSED not in outcomes.values() and record.gpu == "AMD Instinct MI355X"

@@ -6,7 +6,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from sglpatch import exitcodes
-from sglpatch.commands import add, emit_json, json_flag, options_from, rocm_options, say, witness_mode
+from sglpatch.commands import add, emit_json, json_flag, options_from, pin_version, rocm_options, say, witness_mode
 from sglpatch.errors import SglpatchError
 
 
@@ -30,6 +30,13 @@ def register(sub) -> None:
     report = add(actions, "report", run_report, "render the matrix table from records")
     report.add_argument("--records", type=Path, help="folder of records (default: build/matrix/records)")
     report.add_argument("--out", type=Path, help="also write the markdown here (default: build/matrix/matrix.md)")
+    job = add(actions, "job", run_job,
+              "a pin's ROCm CI job: the image built once, one server per launch configuration, the checks in sequence")
+    job.add_argument("pin")
+    job.add_argument("--event", choices=("pr", "nightly", "weekly"), default="pr",
+                     help="which sessions: pr and nightly the matrix and the gate, weekly the bench")
+    job.add_argument("--record", type=Path, help="also write the job's outcome here (nox reads it to report a skip)")
+    rocm_options(job)
     plan = add(actions, "plan", run_plan, "the ROCm CI jobs for an event and their estimated node-hours")
     plan.add_argument("--event", choices=("pr", "nightly", "weekly"), default="pr")
     plan.add_argument("--base", help="pr: the base ref; the pins whose patch renditions changed since it")
@@ -94,6 +101,29 @@ def run_report(project, args) -> int:
     say(args, table)
     say(args, f"written to {destination}")
     return exitcodes.OK
+
+
+def run_job(project, args) -> int:
+    import json
+
+    from sglpatch.cache import write_atomically
+    from sglpatch.matrix import records as results
+    from sglpatch.matrix import rocm_job
+
+    version = pin_version(project, args.pin)
+    result = rocm_job.run_job(project, version, rocm_job.items_for(args.event), options_from(args), event=args.event)
+    say(args, f"{result.job}: {result.outcome}; {len(result.servers)} server start(s)" + (f" ({result.reason})" if result.reason else ""))
+    for server in result.servers:
+        say(args, f"  server {server['launch']}: {', '.join(server['steps'])}")
+    for record in result.records:
+        say(args, f"  {record.outcome:<8} {record.cell_id}" + (f": {record.reason}" if record.reason else ""))
+    for record in result.bench_records:
+        say(args, f"  {record.outcome:<8} bench {record.workload} {record.variant}" + (f": {record.reason}" if record.reason else ""))
+    say(args, f"  job record: {result.path}")
+    if args.record:
+        write_atomically(args.record, json.dumps({"outcome": result.outcome, "reason": result.reason}))
+    failed = any(results.failing(r) for r in result.records) or any(r.outcome == results.FAILED for r in result.bench_records)
+    return exitcodes.FAILED if failed else exitcodes.OK
 
 
 def run_plan(project, args) -> int:

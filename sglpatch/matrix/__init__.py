@@ -9,6 +9,7 @@ Read it one file at a time:
 - ``cpu``        the CPU tier: runs a cell, caches settled answers, writes its record
 - ``containers`` docker mechanics: the patched image, check containers, clean-up of ours only
 - ``rocm``       the ROCm tier: the same checks in the patched image on AMD GPUs, judged here
+- ``rocm_job``   one ROCm job per pin: the image once, one server per launch configuration, shared
 - ``records``    one JSON record per cell, and the markdown table from a folder of them
 - ``plan``       the CI jobs per event (one per pin on a runner) and their node-hours
 """

@@ -1,17 +1,20 @@
 """The ROCm CI plan: which jobs run for an event, what each runs, and the node-hours it costs.
 
-One job per pin on one runner (a whole 8-GPU node): the patched image is built once and every
-session of the pin runs in it in sequence. Events:
+One job per pin on one runner (a whole 8-GPU node), run by ``sglpatch matrix job PIN --event E``
+(``sglpatch.matrix.rocm_job``): the patched image is built once, each server is started once per
+distinct launch configuration and shared by the checks that launch the same one, the checks run in
+sequence. Events:
 
 - ``pr``: the pins whose patch renditions changed, plus the newest pin; the matrix and the gate;
 - ``nightly``: every pin; the matrix and the gate;
 - ``weekly`` (and on demand): every pin; the bench (serving sweep and single stream).
 
-Node-hours are estimated from recorded durations (the ``seconds`` of ROCm records, or the bench
-runs' own seconds) where there are some, else from the defaults below, and the plan says which.
-A server start loads a model of several hundred gigabytes, so the estimate counts one start per
-distinct launch configuration of a job: load, accuracy and the depth-5 spec cell launch the
-profile as shipped and are counted once.
+Node-hours are estimated from recorded durations (the ``seconds`` of ROCm cell records, the job
+records' image builds, server starts and baselines, the bench runs' own seconds) where there are
+some, else from the defaults below, and the plan says which. A server start loads a model of
+several hundred gigabytes, so the estimate counts exactly the starts the job makes:
+``rocm_job.job_groups`` decides them for both (load, accuracy and the depth-5 spec cell launch the
+profile as shipped and share one).
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ from pathlib import Path
 
 from packaging.version import Version
 
-from sglpatch.matrix.cells import DEPTHS
+from sglpatch.matrix import rocm_job
 from sglpatch.project import Project
 
 EVENTS = ("pr", "nightly", "weekly")
@@ -33,9 +36,10 @@ DEFAULT_SECONDS = {
     "image": 1800,  # pull the released ROCm image (tens of GB) and apply the series
     "server-start": 900,  # load the MXFP4 model (hundreds of GB) and warm up
     "build": 300,
-    "load": 120,  # beyond its server start
+    "load": 120,  # a check's own time, against a server already up
     "spec": 600,  # greedy prompts, accept length, decode speed, a burst of 32
     "accuracy": 1200,  # 200 GSM8K questions
+    "baseline": 120,  # the spec cells' greedy outputs without speculation, or depth 3's decode speed
     "bench-serving": 2 * 3600,  # six rates of ~2 minutes each, then upward to the knee, warm-ups
     "bench-single-stream": 2 * 1200,  # two variants, 16 requests of 1.5k tokens each
 }
@@ -44,10 +48,12 @@ DEFAULT_SECONDS = {
 @dataclass
 class Job:
     pin: str
+    event: str
     sessions: list[str]
-    launches: list[str]  # distinct server launch configurations
+    launches: list[str]  # one line per server start: what it launches and the checks it serves
     seconds: float
     sources: list[str] = field(default_factory=list)  # where each estimate came from
+    groups: list[rocm_job.Group] = field(default_factory=list, repr=False)
 
     @property
     def node_hours(self) -> float:
@@ -57,22 +63,20 @@ class Job:
     def id(self) -> str:
         return f"rocm-{self.pin}"
 
+    @property
+    def door(self) -> str:
+        return f'nox -s "rocm-job({self.pin})" -- --event {self.event}'
+
 
 def sessions_for(event: str, pin: str) -> tuple[list[str], list[str]]:
-    """(the nox sessions of one pin's job, the distinct server launches they need)."""
-    if event == "weekly":
-        return ([f"bench(rocm, {pin}, serving)", f"bench(rocm, {pin}, single-stream)"],
-                ["serving: tp4dp2 as shipped", "single-stream: as shipped", "single-stream: custom-all-reduce"])
-    sessions = [f"build(rocm, {pin})", f"load(rocm, {pin})"]
-    sessions += [f"spec(rocm, {pin}, {depth})" for depth in DEPTHS]
-    sessions.append(f"accuracy(rocm, {pin})")
-    launches = ["profile as shipped (load, accuracy, spec depth 5)", "no speculative decoding (greedy baseline)"]
-    launches += [f"spec depth {d}" for d in DEPTHS if d != 5]
-    return sessions, launches
+    """(the nox sessions of one pin's job, one line per server start the job makes)."""
+    items = rocm_job.items_for(event)
+    return [item.session(pin) for item in items], rocm_job.server_lines(rocm_job.job_groups(items), pin)
 
 
 def recorded_seconds(records_dir: Path | None) -> dict[str, float]:
-    """Mean recorded seconds per ROCm check (and per bench workload) in a folder of records."""
+    """Mean recorded seconds per ROCm check, per bench workload, and per image build, server start
+    and baseline of the job records, in a folder of records."""
     if records_dir is None or not records_dir.is_dir():
         return {}
     totals: dict[str, list[float]] = {}
@@ -87,13 +91,33 @@ def recorded_seconds(records_dir: Path | None) -> dict[str, float]:
             seconds = sum(run.get("seconds") or 0 for run in data.get("runs", []))
             if seconds:
                 totals.setdefault(f"bench-{data['workload']}", []).append(seconds)
+        elif data.get("kind") == "rocm-job":
+            if data.get("image_s"):
+                totals.setdefault("image", []).append(float(data["image_s"]))
+            for server in data.get("servers", []):
+                if server.get("serving") and server.get("seconds"):
+                    totals.setdefault("server-start", []).append(float(server["seconds"]))
+            for baseline in data.get("baselines", []):
+                if not baseline.get("error") and baseline.get("seconds"):
+                    totals.setdefault("baseline", []).append(float(baseline["seconds"]))
         elif data.get("tier") == "rocm" and data.get("outcome") in ("passed", "failed") and data.get("seconds"):
             totals.setdefault(data["check"], []).append(float(data["seconds"]))
     return {key: sum(values) / len(values) for key, values in totals.items()}
 
 
+def _step_key(step: rocm_job.Step) -> str:
+    if step.kind in rocm_job.BASELINES:
+        return "baseline"
+    if step.kind == "bench":
+        return f"bench-{step.item.workload}"
+    return step.kind
+
+
 def estimate(event: str, pin: str, recorded: dict[str, float]) -> Job:
-    sessions, launches = sessions_for(event, pin)
+    """The job's seconds: the image once, every step's own time, and one server start for each
+    server the job starts (a cell record's seconds are its check's alone, without its server's start)."""
+    items = rocm_job.items_for(event)
+    groups = rocm_job.job_groups(items)
     sources = []
 
     def seconds(key: str) -> float:
@@ -102,17 +126,12 @@ def estimate(event: str, pin: str, recorded: dict[str, float]) -> Job:
             return recorded[key]
         return DEFAULT_SECONDS[key]
 
-    total = DEFAULT_SECONDS["image"]
-    if event == "weekly":
-        total += seconds("bench-serving") + seconds("bench-single-stream")
-    else:
-        # A recorded cell's seconds include its own server starts; a default adds them.
-        total += seconds("build")
-        for check, count in (("load", 1), ("spec", len(DEPTHS)), ("accuracy", 1)):
-            total += seconds(check) * count
-        if not {"load", "spec", "accuracy"} & recorded.keys():
-            total += DEFAULT_SECONDS["server-start"] * len(launches)
-    return Job(pin, sessions, launches, total, sorted(set(sources)) or ["defaults (sglpatch.matrix.plan.DEFAULT_SECONDS)"])
+    total = seconds("image")
+    for group in groups:
+        total += seconds("server-start") * len(group.launches)
+        total += sum(seconds(_step_key(step)) for step in group.steps)
+    return Job(pin, event, [item.session(pin) for item in items], rocm_job.server_lines(groups, pin), total,
+               sorted(set(sources)) or ["defaults (sglpatch.matrix.plan.DEFAULT_SECONDS)"], groups)
 
 
 def changed_pins(project: Project, changed_files: list[str]) -> list[str]:
@@ -156,14 +175,18 @@ def render(jobs: list[Job], event: str) -> str:
              f"{sum(j.node_hours for j in jobs):.2f} node-hours"]
     for job in jobs:
         lines.append(f"- {job.id}: {job.node_hours:.2f} node-hours ({', '.join(job.sources)}); "
-                     f"{len(job.launches)} server launch(es)")
-        lines += [f"    nox -s \"{session}\"" for session in job.sessions]
+                     f"{len(job.launches)} server start(s)")
+        lines.append(f"    {job.door}")
+        for number, group in enumerate(job.groups, 1):
+            where = ", ".join(launch.name for launch in group.launches) or "no server"
+            lines.append(f"    {number}. {where}: " + ", ".join(
+                f'nox -s "{step.label(job.pin)}"' if step.item else step.label(job.pin) for step in group.steps))
     return "\n".join(lines)
 
 
 def github_outputs(jobs: list[Job], runner: list[str]) -> str:
     """``jobs=`` (the job matrix) and ``runner=`` lines for $GITHUB_OUTPUT."""
-    include = [{"id": job.id, "pin": job.pin, "sessions": json.dumps(job.sessions), "node_hours": job.node_hours}
-               for job in jobs]
+    include = [{"id": job.id, "pin": job.pin, "event": job.event, "sessions": json.dumps(job.sessions),
+                "node_hours": job.node_hours} for job in jobs]
     return (f"jobs={json.dumps({'include': include}, separators=(',', ':'))}\n"
             f"runner={json.dumps(runner, separators=(',', ':'))}\n")

@@ -1,26 +1,26 @@
 """The ROCm tier: the matrix's checks run in a patched ROCm image on AMD GPUs, through docker.
 
-Per cell: build (or reuse, through the engine's layer cache) the pin's patched image, run the
-check's script in a container with sglang's AMD CI GPU flags, and judge the figures it prints
-against the same check definitions the CPU tier uses (``sglpatch.matrix.cells.CHECKS``). Without a
-docker engine or without ``/dev/kfd`` a cell is recorded as skipped, with the reason -- never as a
-failure of a machine that cannot run it.
+What a tier needs: the pin's patched image (built ``FROM`` its released ROCm image, with the series
+applied inside), the options of a run, and the judgement of the figures the in-image check scripts
+(``sglpatch/rocm_checks/``) print, against the same check definitions the CPU tier uses
+(``sglpatch.matrix.cells.CHECKS``). Running the checks is ``sglpatch.matrix.rocm_job``'s: one job
+per pin, one server per launch configuration, shared by the checks that launch the same one; a
+cell alone (``run_rocm_cell``) is a job of one cell. Without a docker engine or without
+``/dev/kfd`` a cell is recorded as skipped, with the reason -- never as a failure of a machine that
+cannot run it.
 """
 
 from __future__ import annotations
 
-import json
 import os
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from sglpatch.errors import SglpatchError, Unavailable
 from sglpatch.matrix import containers
-from sglpatch.matrix.cells import PROFILE, Cell, depth_argv, matrix_dir, validate_cell
-from sglpatch.matrix.pin import PinUnderTest, prepare_pin
-from sglpatch.matrix.records import FAILED, PASSED, SKIPPED, CellRecord, Part, cell_id, combine, last_json, write_record
-from sglpatch.profile import load_profile
+from sglpatch.matrix.cells import Cell, validate_cell
+from sglpatch.matrix.pin import PinUnderTest
+from sglpatch.matrix.records import FAILED, PASSED, CellRecord, Part, last_json
 from sglpatch.project import Project
 
 CHECK_SCRIPTS = Path(__file__).parent.parent / "rocm_checks"
@@ -69,7 +69,8 @@ class RocmOptions:
     docker_url: str | None = None  # default: $DOCKER_HOST or the local socket
     gpu: bool = True  # the AMD CI device flags, and /dev/kfd required
     server_timeout: int = 2400  # seconds for a server to become healthy
-    cell_timeout: int = 4 * 3600
+    health_poll_s: float = 5.0  # seconds between a starting server's health probes
+    cell_timeout: int = 4 * 3600  # seconds for one check's container
     network: str = "host"
 
     def image_for(self, version: str, pinned_image: str) -> str:
@@ -88,55 +89,16 @@ def unavailable_reason(options: RocmOptions):
 
 
 def run_rocm_cell(project: Project, cell: Cell, options: RocmOptions | None = None, on_log=print) -> CellRecord:
+    """One cell alone, for a person debugging it: a ROCm job of that one cell
+    (``sglpatch.matrix.rocm_job``), reusing the pin's non-speculative baseline measured before on
+    the same image where there is one."""
+    from sglpatch.matrix import rocm_job
+
     validate_cell(cell)
-    options = options or RocmOptions()
-    started = time.monotonic()
-    out = matrix_dir(project)
-    log_path = out / "logs" / f"{cell_id(cell.tier, cell.check, cell.pin, cell.depth)}.log"
-    log_path.parent.mkdir(parents=True, exist_ok=True)
-    series = project.series()
-    record = CellRecord(cell.tier, cell.check, cell.pin, cell.depth, series.version, series.digest(), SKIPPED)
-    reason, client = unavailable_reason(options)
-    if reason:
-        record.parts.append(Part(f"{cell.check} in a patched ROCm container", SKIPPED, reason))
-        log_path.write_text(f"{record.cell_id}: skipped: {reason}\n")
-        return _finish(record, out, log_path, started)
-    with open(log_path, "w") as log:
-
-        def emit(line: str) -> None:
-            log.write(line + "\n")
-            log.flush()
-            on_log(line)
-
-        try:
-            put = prepare_pin(project, cell.pin)
-            record.tree = put.patched_tree
-            spec, record.image_digest = build_patched_image(client, put, options, emit)
-            record.figures["base_image"] = spec.base_image
-            command, mounts = check_command(put, cell, options, record.image_digest, out / "rocm-state" / cell.pin)
-            run = containers.run_check(
-                client,
-                record.image_digest,
-                command,
-                {containers.LABEL_CELL: record.cell_id, **spec.labels},
-                containers.RunOptions(gpu=options.gpu, mounts=mounts, network=options.network, timeout=options.cell_timeout),
-                emit,
-            )
-            judge(cell, run, record)
-        except SglpatchError as exc:
-            record.parts.append(Part(f"{cell.check} in a patched ROCm container", FAILED, str(exc)[:1000]))
-            emit(str(exc))
-        finally:
-            containers.remove_ours(client, {containers.LABEL_CELL: record.cell_id})
-    return _finish(record, out, log_path, started)
-
-
-def _finish(record: CellRecord, out: Path, log_path: Path, started: float) -> CellRecord:
-    record.outcome, record.reason = combine(record.parts)
-    record.log = str(log_path)
-    record.seconds = round(time.monotonic() - started, 2)
-    write_record(record, out / "records")
-    return record
+    if cell.tier != "rocm":
+        raise SglpatchError(f"{cell.label}: the ROCm tier runs rocm cells only")
+    item = rocm_job.Item(cell.check, cell.depth)
+    return rocm_job.run_job(project, cell.pin, [item], options, on_log=on_log, reuse_baselines=True).records[0]
 
 
 def build_patched_image(client, put: PinUnderTest, options: RocmOptions, on_log=print) -> tuple[containers.PatchedImage, str]:
@@ -159,53 +121,40 @@ def patched_image(put: PinUnderTest, options: RocmOptions) -> containers.Patched
     )
 
 
-def check_command(
-    put: PinUnderTest, cell: Cell, options: RocmOptions, image: str, state: Path
-) -> tuple[list[str], dict]:
-    """The command the container runs for ``cell``, and the folders it needs mounted; ``state``
-    keeps the baselines the spec cells of one pin share (plain greedy outputs, depth-3 speed)."""
-    checks = f"{containers.TOOLS_DIR}/checks"
-    if cell.check == "build":
-        return ["python3", f"{checks}/build_check.py", *sorted({Path(k).name for k in put.touched_kernels})], {}
-    profile = load_profile(PROFILE)
-    model = options.model or os.environ.get("SGLPATCH_MODEL") or profile.model
-    state.mkdir(parents=True, exist_ok=True)
-    mounts = {str(state): (STATE_INSIDE, "rw"), str(options.hf_cache): (HF_INSIDE, "rw")}
-    if Path(model).is_absolute():
-        mounts[model] = (model, "ro")
-    config = {"mode": cell.check, "timeout": options.server_timeout, "state": STATE_INSIDE, "image": image}
-    if cell.check == "load":
-        config["argv"] = profile.server_args(model)  # the profile as shipped: MTP at its own depth
-    else:
-        plain = {k: v for k, v in profile.server.items() if not k.startswith("speculative-")}
-        config.update(
-            depth=cell.depth,
-            argv=depth_argv(profile, cell.depth, model),
-            argv_depth3=depth_argv(profile, 3, model),
-            argv_plain=type(profile)(**{**profile.__dict__, "server": plain}).server_args(model),
-        )
-    return ["python3", f"{checks}/serve_check.py", json.dumps(config)], mounts
-
-
 def judge(cell: Cell, run: containers.ContainerRun, record: CellRecord) -> None:
     """The check definitions applied to what the container printed."""
-    figures = last_json(run.log)
-    where = f"{cell.check} in the patched image"
+    figures = run_figures(cell.check, run, record)
+    if figures is not None:
+        if cell.check == "build":
+            figures["exit"] = run.exit_code  # a compile script that crashed after printing fails too
+        judge_figures(cell, figures, record)
+
+
+def run_figures(check: str, run: containers.ContainerRun, record: CellRecord) -> dict | None:
+    """The figures a check container printed last; None, with the failed part recorded, where it
+    did not start, timed out or printed none."""
+    where = f"{check} in the patched image"
     if run.start_error:
         record.parts.append(Part(where, FAILED, f"the container did not start: {run.start_error}"[:600]))
-        return
+        return None
     if run.timed_out:
         record.parts.append(Part(where, FAILED, "timed out"))
-        return
+        return None
+    figures = last_json(run.log)
     if figures is None:
         record.parts.append(Part(where, FAILED, f"exit {run.exit_code}, no figures printed: {run.log.strip()[-400:]}"))
-        return
+    return figures
+
+
+def judge_figures(cell: Cell, figures: dict, record: CellRecord) -> None:
+    """A build, load or spec cell's parts from its figures (what its check printed, or, where its
+    server never became healthy, what the server's container reported)."""
     record.gpu = str(figures.pop("gpu", ""))
     record.figures.update(figures)
     if cell.check == "build":
         kernels = figures.get("kernels", {})
         failed = {k: v for k, v in kernels.items() if v}
-        ok = kernels and not failed and run.exit_code == 0
+        ok = kernels and not failed and figures.get("exit", 0) == 0
         detail = f"compiled {', '.join(kernels)}" if ok else f"{failed or 'nothing compiled'}"
         record.parts.append(Part("JIT compile of the touched kernels in the container", PASSED if ok else FAILED, detail))
         return

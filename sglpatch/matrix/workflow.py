@@ -2,8 +2,9 @@
 
 The ROCm jobs are not listed in the file: its plan job runs ``ci/matrix_cells.py`` (the plan of
 ``sglpatch.matrix.plan`` for the event) and the rocm job fans out over what it prints, one job per
-pin on one runner, running the pin's sessions in sequence. A test checks that the committed file is
-exactly what this module writes.
+pin on one runner, each running ``nox -s "rocm-job(PIN)" -- --event EVENT`` (``sglpatch.matrix.rocm_job``:
+the image built once, one server per launch configuration, the checks in sequence). A test checks
+that the committed file is exactly what this module writes.
 """
 
 from __future__ import annotations
@@ -18,7 +19,8 @@ WORKFLOW = """\
 # (sglpatch/matrix/workflow.py; tests/test_matrix_plan.py checks the file equals it).
 #
 # sglpatch CI: the series applied and tested on hosted runners (CPU tier), then the ROCm tier on
-# self-hosted AMD GPU runners: one job per pin on one runner (image built once, the pin's sessions in
+# self-hosted AMD GPU runners: one job per pin on one runner (`sglpatch matrix job`: the image built
+# once, one server per launch configuration shared by the checks that launch it, the checks in
 # sequence), chosen by `sglpatch matrix plan` for the event -- pull requests: the pins whose patch
 # renditions changed and the newest; nightly: every pin; weekly and on demand: the bench.
 #
@@ -144,11 +146,11 @@ jobs:
       - uses: actions/checkout@v4
       - name: install nox
         run: python3 -m pip install --user nox
-      - name: the pin's sessions, in sequence, in one image
+      - name: the pin's job (image built once, one server per launch configuration, checks in sequence)
         env:
-          SESSIONS: ${{{{ matrix.sessions }}}}
-        run: |
-          python3 -c 'import json, os, subprocess, sys; sys.exit(subprocess.call([sys.executable, "-m", "nox", "-s", *json.loads(os.environ["SESSIONS"])]))'
+          PIN: ${{{{ matrix.pin }}}}
+          EVENT: ${{{{ matrix.event }}}}
+        run: python3 -m nox -s "rocm-job($PIN)" -- --event "$EVENT"
       - name: upload the records
         if: always()
         uses: actions/upload-artifact@v4

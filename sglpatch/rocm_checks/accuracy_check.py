@@ -3,7 +3,10 @@ accept length the server reports, with the launch profile (MTP on). Standard lib
 
 Usage: accuracy_check.py CONFIG_JSON
 CONFIG: {"argv": [launch_server args], "env": {}, "timeout": s, "state": folder, "questions": 200,
-         "shots": 5}
+         "shots": 5}: start the server, evaluate, stop it (the accuracy session alone);
+        {"mode": "attach", "url": the running server, "server": what serve_check's serve mode
+         printed, "state", "questions", "shots"}: evaluate against the server a ROCm job holds
+         for the profile as shipped (shared with the load and depth-5 spec cells).
 Prints one JSON line: {"healthy_s", "accuracy", "invalid", "accept_length", "command", "error"}.
 """
 
@@ -26,7 +29,7 @@ def server_accept_length() -> float | None:
     """avg_spec_accept_length of the server's first scheduler (/server_info; /get_server_info before it)."""
     for path in ("/server_info", "/get_server_info"):
         try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{serve_check.PORT}{path}", timeout=30) as response:
+            with urllib.request.urlopen(f"{serve_check.URL}{path}", timeout=30) as response:
                 info = json.loads(response.read())
         except (OSError, ValueError):
             continue
@@ -38,8 +41,9 @@ def server_accept_length() -> float | None:
 
 def evaluate(config: dict) -> dict:
     # sglang's own few-shot GSM8K: greedy (temperature 0 by default), its own answer extraction.
+    host, port = serve_check.URL.rsplit(":", 1)
     command = [sys.executable, "-m", "sglang.test.few_shot_gsm8k", "--num-questions", str(config.get("questions", 200)),
-               "--num-shots", str(config.get("shots", 5)), "--host", "http://127.0.0.1", "--port", str(serve_check.PORT)]
+               "--num-shots", str(config.get("shots", 5)), "--host", host, "--port", port]
     done = subprocess.run(command, capture_output=True, text=True, timeout=config.get("eval_timeout", 7200),
                           cwd=config["state"])
     print(done.stdout[-4000:], done.stderr[-4000:], flush=True)
@@ -52,7 +56,11 @@ def evaluate(config: dict) -> dict:
 
 def main(config: dict) -> int:
     Path(config["state"]).mkdir(parents=True, exist_ok=True)
-    figures = serve_check.serve(config["argv"], "accuracy", config, lambda: evaluate(config))
+    if config.get("mode") == "attach":
+        serve_check.URL = config.get("url", serve_check.URL)
+        figures = serve_check.check_figures(config, lambda: evaluate(config))
+    else:
+        figures = serve_check.serve(config["argv"], "accuracy", config, lambda: evaluate(config))
     print(json.dumps(figures))
     return 0
 

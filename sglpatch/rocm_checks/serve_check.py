@@ -1,12 +1,22 @@
-"""ROCm tier, inside the patched image: serve the model and measure; the host judges the figures.
+"""ROCm tier, inside the patched image: hold one sglang server, and the checks that talk to it.
 
 Usage: serve_check.py CONFIG_JSON
 
-CONFIG: {"mode": "load" | "spec", "argv": [...launch_server args...], "timeout": seconds,
-         "state": folder kept between cells of one image (baselines), "image": image id,
-         spec only: "depth": d, "argv_depth3": [...], "argv_plain": [...] (no speculative decoding)}
+A ROCm job (``sglpatch.matrix.rocm_job``) starts one server per launch configuration and runs every
+check that shares it against it, each check in its own container in the server container's network:
 
-Prints one JSON line of figures last. Standard library only: it runs with the image's Python.
+- ``"mode": "serve"``: start ``python -m sglang.launch_server`` with CONFIG "argv" (and "env"),
+  wait up to "timeout" seconds for /health ("health_poll_s" between tries), write its log to
+  "log", and print one JSON line: {"serving": true|false, "healthy_s", "gpu", "log",
+  "mismatch_lines", "error"}. Then hold the server until the container is stopped (SIGTERM), and
+  stop it.
+- ``"load"``, ``"spec"``, ``"greedy"``, ``"speed"``: talk to the running server at CONFIG "url" only
+  and print one JSON line of figures. CONFIG "server" is what the serve mode printed (its health,
+  GPU and log, echoed and scanned for shape mismatches). spec: "depth" and "baseline", the file of
+  the job's non-speculative greedy outputs and depth-3 decode speed ({"plain": {"outputs"},
+  "depth3": {"decode_tok_s"}}) that ``greedy`` and ``speed`` measured.
+
+The host judges the figures. Standard library only: it runs with the image's Python.
 """
 
 from __future__ import annotations
@@ -23,6 +33,7 @@ import urllib.request
 from pathlib import Path
 
 PORT = 30731
+URL = f"http://127.0.0.1:{PORT}"
 # A fixed prompt set for greedy comparison: short, varied, deterministic to tokenise.
 PROMPTS = [
     "The capital of France is",
@@ -36,23 +47,22 @@ PROMPTS = [
 ]
 MISMATCH = re.compile(r"(size|shape) mismatch", re.IGNORECASE)
 BURST = 32
+GPU_PROBE_TIMEOUT_S = 300
 
 
 def post(path: str, payload: dict, timeout: float = 600) -> dict:
-    request = urllib.request.Request(
-        f"http://127.0.0.1:{PORT}{path}", json.dumps(payload).encode(), {"Content-Type": "application/json"}
-    )
+    request = urllib.request.Request(f"{URL}{path}", json.dumps(payload).encode(), {"Content-Type": "application/json"})
     with urllib.request.urlopen(request, timeout=timeout) as response:
         return json.loads(response.read())
 
 
 def get(path: str, timeout: float = 10) -> tuple[int, bytes]:
-    with urllib.request.urlopen(f"http://127.0.0.1:{PORT}{path}", timeout=timeout) as response:
+    with urllib.request.urlopen(f"{URL}{path}", timeout=timeout) as response:
         return response.status, response.read()
 
 
 class Server:
-    def __init__(self, argv: list[str], log: Path, timeout: float, env: dict | None = None):
+    def __init__(self, argv: list[str], log: Path, timeout: float, env: dict | None = None, poll_s: float = 5.0):
         self.log_path = log
         self.log = open(log, "w")
         command = [sys.executable, "-m", "sglang.launch_server", *argv, "--host", "127.0.0.1", "--port", str(PORT)]
@@ -60,6 +70,7 @@ class Server:
         self.process = subprocess.Popen(command, stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True,
                                         env={**os.environ, **(env or {})})
         self.started = time.monotonic()
+        self.poll_s = poll_s
         self.healthy_after = self.wait_healthy(timeout)
 
     def wait_healthy(self, timeout: float) -> float | None:
@@ -71,11 +82,12 @@ class Server:
                     return round(time.monotonic() - self.started, 1)
             except OSError:
                 pass
-            time.sleep(5)
+            time.sleep(self.poll_s)
         return None
 
     def log_text(self) -> str:
-        self.log.flush()
+        if not self.log.closed:
+            self.log.flush()
         return self.log_path.read_text(errors="replace")
 
     def stop(self) -> None:
@@ -85,8 +97,13 @@ class Server:
                 self.process.wait(timeout=120)
             except subprocess.TimeoutExpired:
                 os.killpg(self.process.pid, signal.SIGKILL)
+                self.process.wait(timeout=30)
         self.log.close()
         print(self.log_text()[-4000:], flush=True)
+
+
+def mismatch_lines(log_text: str) -> list[str]:
+    return [line for line in log_text.splitlines() if MISMATCH.search(line)][:3]
 
 
 def generate(prompt: str, max_new_tokens: int, ignore_eos: bool = False) -> dict:
@@ -133,7 +150,8 @@ def burst() -> tuple[int, list[str]]:
 
 
 def serve(argv: list[str], name: str, config: dict, work) -> dict:
-    """Start a server, run ``work`` against it, stop it; figures plus health and log findings."""
+    """Start a server, run ``work`` against it, stop it; figures plus health and log findings.
+    (The accuracy gate's own session; a ROCm job holds its servers with the serve mode instead.)"""
     server = Server(argv, Path(config["state"]) / f"{name}.log", config["timeout"])
     try:
         figures = {"healthy_s": server.healthy_after}
@@ -143,22 +161,71 @@ def serve(argv: list[str], name: str, config: dict, work) -> dict:
         figures["error"] = f"{type(exc).__name__}: {exc}"
     finally:
         server.stop()
-    mismatches = [line for line in server.log_text().splitlines() if MISMATCH.search(line)]
-    figures["mismatch_lines"] = mismatches[:3]
+    figures["mismatch_lines"] = mismatch_lines(server.log_text())
     return figures
 
 
-def baseline(config: dict) -> dict:
-    """Greedy outputs without speculative decoding, and decode speed at depth 3, once per image."""
-    path = Path(config["state"]) / f"baseline-{config['image'].replace(':', '-')}.json"
-    if path.is_file():
-        return json.loads(path.read_text())
-    plain = serve(config["argv_plain"], "plain", config, lambda: {"outputs": greedy_outputs()})
-    depth3 = serve(config["argv_depth3"], "depth3", config, lambda: {"decode_tok_s": decode_speed()})
-    result = {"plain": plain, "depth3": depth3}
-    if plain.get("outputs") and depth3.get("decode_tok_s"):
-        path.write_text(json.dumps(result))
-    return result
+def gpu_name() -> str:
+    """The GPU's name, asked in a child that exits before the server starts (so it holds no GPU
+    memory while the server runs)."""
+    probe = "import torch; print(torch.cuda.get_device_name(0) if torch.cuda.is_available() else 'no GPU visible')"
+    try:
+        done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=GPU_PROBE_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        return f"unknown (the torch probe did not answer in {GPU_PROBE_TIMEOUT_S} s)"
+    if done.returncode != 0:
+        last = (done.stderr.strip().splitlines() or ["no output"])[-1]
+        return f"unknown ({last[:200]})"
+    return done.stdout.strip()
+
+
+def hold(config: dict) -> int:
+    """The serve mode: start the server, report, hold it until SIGTERM, stop it."""
+    log = Path(config["log"])
+    log.parent.mkdir(parents=True, exist_ok=True)
+    stopping = threading.Event()
+    # PID 1 of a container ignores SIGTERM unless it handles it: docker stop must end the hold.
+    signal.signal(signal.SIGTERM, lambda *_: stopping.set())
+    report: dict = {"gpu": gpu_name(), "log": str(log)}
+    server = Server(config["argv"], log, config["timeout"], env=config.get("env"), poll_s=config.get("health_poll_s", 5.0))
+    try:
+        report["healthy_s"] = server.healthy_after
+        report["serving"] = server.healthy_after is not None
+        if not report["serving"]:
+            exit_code = server.process.poll()
+            report["error"] = (f"the server exited with {exit_code}" if exit_code is not None
+                               else f"not healthy within {config['timeout']} s")
+        report["mismatch_lines"] = mismatch_lines(server.log_text())
+        print(json.dumps(report), flush=True)
+        while report["serving"] and not stopping.is_set() and server.process.poll() is None:
+            stopping.wait(1.0)
+        if report["serving"] and server.process.poll() is not None:
+            print(f"sglpatch: the server exited with {server.process.poll()} while held", flush=True)
+    finally:
+        server.stop()
+    return 0 if report["serving"] else 1
+
+
+def check_figures(config: dict, work) -> dict:
+    """A check against the running server: its figures, the server's health and GPU as the serve
+    mode reported them, and shape mismatches in the server's log so far."""
+    server = config.get("server", {})
+    figures: dict = {"healthy_s": server.get("healthy_s"), "gpu": server.get("gpu", "")}
+    try:
+        get("/health", timeout=60)
+    except OSError as exc:  # it was healthy once; a server that died while held is not
+        figures.update(healthy_s=None, error=f"the server did not answer /health before this check: {exc}")
+    else:
+        try:
+            figures.update(work())
+        except Exception as exc:
+            figures["error"] = f"{type(exc).__name__}: {exc}"
+    try:
+        figures["mismatch_lines"] = mismatch_lines(Path(server["log"]).read_text(errors="replace"))
+    except (KeyError, OSError) as exc:
+        figures["mismatch_lines"] = []
+        figures["log_error"] = f"the server log could not be read: {exc}"
+    return figures
 
 
 def common_prefix(a: str, b: str) -> int:
@@ -168,43 +235,48 @@ def common_prefix(a: str, b: str) -> int:
     return n
 
 
-def main(config: dict) -> int:
-    Path(config["state"]).mkdir(parents=True, exist_ok=True)
-    if config["mode"] == "load":
-        figures = serve(config["argv"], "load", config, lambda: {"generate": generate(PROMPTS[0], 16)["text"]})
-    else:
-        base = baseline(config)
-
-        def work() -> dict:
-            outputs = [generate(prompt, 64) for prompt in PROMPTS]
-            lengths = [accept_length(out["meta_info"]) for out in outputs]
-            lengths = [value for value in lengths if value is not None]
-            completed, errors = burst()
-            return {
-                "outputs": [out["text"] for out in outputs],
-                "accept_length": sum(lengths) / len(lengths) if lengths else None,
-                "decode_tok_s": decode_speed(),
-                "burst_completed": completed,
-                "burst_errors": errors,
-            }
-
-        figures = serve(config["argv"], f"depth{config['depth']}", config, work)
-        plain = base["plain"].get("outputs") or []
-        mine = figures.pop("outputs", [])
-        if plain and mine:
-            figures["prefix_match"] = [
-                round(common_prefix(a, b) / max(len(a), 1), 3) for a, b in zip(plain, mine)
-            ]
-            figures["exact_match"] = sum(a == b for a, b in zip(plain, mine))
-        figures["depth3_decode_tok_s"] = base["depth3"].get("decode_tok_s")
-        figures["baseline_errors"] = [v.get("error") for v in base.values() if v.get("error")]
+def spec_work(config: dict) -> dict:
+    outputs = [generate(prompt, 64) for prompt in PROMPTS]
+    lengths = [accept_length(out["meta_info"]) for out in outputs]
+    lengths = [value for value in lengths if value is not None]
+    completed, errors = burst()
+    figures = {
+        "accept_length": sum(lengths) / len(lengths) if lengths else None,
+        "decode_tok_s": decode_speed(),
+        "burst_completed": completed,
+        "burst_errors": errors,
+    }
     try:
-        import torch
+        base = json.loads(Path(config["baseline"]).read_text())
+    except (KeyError, OSError, ValueError) as exc:
+        base = {"plain": {"error": f"no baseline: {exc}"}, "depth3": {"error": f"no baseline: {exc}"}}
+    plain = base.get("plain", {}).get("outputs") or []
+    mine = [out["text"] for out in outputs]
+    if plain and mine:
+        figures["prefix_match"] = [round(common_prefix(a, b) / max(len(a), 1), 3) for a, b in zip(plain, mine)]
+        figures["exact_match"] = sum(a == b for a, b in zip(plain, mine))
+    figures["depth3_decode_tok_s"] = base.get("depth3", {}).get("decode_tok_s")
+    figures["baseline_errors"] = [base[key]["error"] for key in ("plain", "depth3") if base.get(key, {}).get("error")]
+    return figures
 
-        figures["gpu"] = torch.cuda.get_device_name(0)
-    except Exception as exc:
-        figures["gpu"] = f"unknown ({type(exc).__name__})"
-    print(json.dumps(figures))
+
+CHECKS = {
+    "load": lambda config: {"generate": generate(PROMPTS[0], 16)["text"]},
+    "greedy": lambda config: {"outputs": greedy_outputs()},
+    "speed": lambda config: {"decode_tok_s": decode_speed()},
+    "spec": spec_work,
+}
+
+
+def main(config: dict) -> int:
+    global URL
+    if config["mode"] == "serve":
+        return hold(config)
+    if config["mode"] not in CHECKS:
+        print(json.dumps({"error": f"unknown mode {config['mode']!r}; modes: serve, {', '.join(CHECKS)}"}))
+        return 2
+    URL = config.get("url", URL)
+    print(json.dumps(check_figures(config, lambda: CHECKS[config["mode"]](config))))
     return 0
 
 

@@ -1,0 +1,1 @@
+"""A TEST DOUBLE of the sglang package (see tests/rocm_standin/README.md); not sglang."""
