@@ -1,4 +1,4 @@
-"""The release watch (``sglpatch watch``, ``nox -s watch``, ``ci/workflows/watch.yml``).
+"""The release watch (``sglpatch watch``, ``nox -s watch``, ``.github/workflows/watch.yml``).
 
 Finds the sglang releases on the package index newer than the newest pin and rebases the series
 onto each, oldest first (``sglpatch.forward``): each is pinned, with its renditions and lock, only

@@ -19,7 +19,7 @@ from sglpatch.matrix.cells import PROFILE
 from sglpatch.profile import load_profile
 from sglpatch.project import Project
 
-WORKFLOW = REPO_ROOT / "ci" / "workflows" / "matrix.yml"
+WORKFLOW = REPO_ROOT / ".github" / "workflows" / "matrix.yml"
 PROJECT = Project(REPO_ROOT)
 PINS = [pin.version for pin in PROJECT.pins().pins]
 GUARD = "patches/0001-amd-guard-cuda-runtime-include-fused-metadata-copy.patch"
@@ -134,7 +134,7 @@ def test_recorded_durations_replace_the_defaults_and_the_plan_says_so(tmp_path):
 
 
 def test_the_committed_workflow_is_the_generated_one():
-    assert WORKFLOW.read_text() == workflow.workflow_yaml(), "run: sglpatch matrix plan --write-workflow ci/workflows/matrix.yml"
+    assert WORKFLOW.read_text() == workflow.workflow_yaml(), "run: sglpatch matrix plan --write-workflow .github/workflows/matrix.yml"
 
 
 def _run_step(step: dict, tmp_path: Path, env_values: dict[str, str]) -> tuple[dict[str, str], str]:

