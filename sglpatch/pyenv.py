@@ -13,16 +13,27 @@ the cache:
 
 Building either is done once, under a lock, in a staging folder renamed into place; a failure
 raises ``EnvUnavailable`` naming the pip command and its last output lines, and leaves nothing.
+
+``CpuPython.run_probes`` runs several probes on one tree in one child process
+(``witnesses/probes/runner.py``), so the tree's sglang is imported once for all of them; its
+modules are compiled once per distinct content into a bytecode cache shared by every tree
+(``probes/bytecode.py``). ``env_fingerprint`` is what a cached witness answer must be keyed by:
+the environment a probe ran in.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
+import platform
 import shutil
+import signal
 import subprocess
 import sys
+import tempfile
+import time
 import venv
 from dataclasses import dataclass, field
 from importlib import metadata as importlib_metadata
@@ -32,7 +43,7 @@ from packaging.requirements import Requirement
 from packaging.version import Version
 
 from sglpatch import cache, sources
-from sglpatch.errors import SglpatchError
+from sglpatch.errors import Unavailable
 from sglpatch.pins import Pin
 
 PACKAGE = Path(__file__).parent
@@ -46,8 +57,53 @@ BASE_LAYOUT = "sglpatch-pyenv-1"  # bump when the way the base is built changes
 PIP_TIMEOUT_S = 1800
 
 
-class EnvUnavailable(SglpatchError):
+RUNNER = PROBES / "runner.py"
+BYTECODE_LAYOUT = "content-sha256-1"  # bump when probes/bytecode.py changes what it stores
+
+
+class EnvUnavailable(Unavailable):
     """The CPU environment cannot be built here; the reason says which step failed."""
+
+
+@dataclass(frozen=True)
+class ProbeRequest:
+    """One probe for ``CpuPython.run_probes``: ``module`` (in the probes folder) gets ``spec``.
+
+    Probes that share a process must agree on ``import_env`` (the environment sglang is
+    imported under) and ``arch`` (the emulated GPU); ``registry_archs`` are the architectures
+    the probe asks sglang's model registry for."""
+
+    name: str
+    module: str
+    spec: dict
+    limit_s: float
+    import_env: tuple[tuple[str, str], ...] = ()
+    arch: str = "gfx950:sramecc+:xnack-"
+    registry_archs: tuple[str, ...] = ()
+
+    def environment(self) -> tuple:
+        return (self.import_env, self.arch)
+
+
+@dataclass
+class ProbeRun:
+    """What one child process answered: per probe its answer (absent if it never finished),
+    the runner's own report (timings, what was emulated and stood in), and, when the process
+    failed as a whole, why (``error``), naming the phase it was in."""
+
+    answers: dict[str, dict]
+    runner: dict
+    error: str | None
+    wall_s: float
+
+    def failure(self, name: str) -> str | None:
+        """Why probe ``name`` has no usable answer, or None when it has one."""
+        answer = self.answers.get(name)
+        if answer is None:
+            return self.error or f"the probe {name} gave no answer"
+        if not answer.get("ok"):
+            return f"the probe {name} failed in {answer.get('phase') or 'its setup'}: {answer.get('error')}"
+        return None
 
 
 @dataclass(frozen=True)
@@ -67,15 +123,7 @@ class CpuPython:
         cwd: Path | None = None,
     ) -> subprocess.CompletedProcess[str]:
         """Run ``python args`` with ``<tree>/python`` and the probes folder first on the path."""
-        child_env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "VIRTUAL_ENV"))}
-        child_env.update(
-            PYTHONPATH=os.pathsep.join([str(tree / "python"), str(PROBES)]),
-            PYTHONDONTWRITEBYTECODE="1",  # the tree is a checkout; leave no __pycache__ in it
-            HF_HUB_OFFLINE="1",  # nothing is fetched from a hub: the probes build their own configs
-            TRANSFORMERS_OFFLINE="1",
-            TOKENIZERS_PARALLELISM="false",
-            PYTHONWARNINGS="ignore",
-        )
+        child_env = _child_env(tree)
         child_env.update(env or {})
         return subprocess.run(
             [str(self.python), *args],
@@ -85,6 +133,160 @@ class CpuPython:
             text=True,
             timeout=timeout,
         )
+
+    def run_probes(self, tree: Path, probes: list[ProbeRequest], *, timeout: float | None = None) -> ProbeRun:
+        """Run ``probes`` on ``tree`` in one child that imports the tree's sglang once.
+
+        Each probe has its own time limit inside the child; ``timeout`` (default: their sum plus
+        the import's allowance) bounds the whole process, which is then killed with everything
+        it started, and the answer says which phase it hung in. Never raises for what the child
+        does: a failure is in ``ProbeRun.error`` or in a probe's answer."""
+        if not probes:
+            return ProbeRun({}, {}, None, 0.0)
+        environments = {probe.environment() for probe in probes}
+        if len(environments) != 1:
+            raise ValueError(f"probes for one process must share their import environment: {sorted(environments)}")
+        first = probes[0]
+        tree = Path(tree).resolve()
+        limit = timeout or IMPORT_ALLOWANCE_S + sum(probe.limit_s for probe in probes)
+        started = time.monotonic()
+        with tempfile.TemporaryDirectory(prefix="sglpatch-probes-") as work:
+            out = Path(work) / "out"
+            out.mkdir()
+            spec = {
+                "workdir": work,
+                "tree": str(tree / "python"),
+                "import_env": dict(first.import_env),
+                "arch": first.arch,
+                "registry_archs": sorted({arch for probe in probes for arch in probe.registry_archs}),
+                "bytecode_cache": str(bytecode_cache_dir(self.python)),
+                "probes": [{"name": p.name, "module": p.module, "limit_s": p.limit_s, "spec": p.spec} for p in probes],
+            }
+            (Path(work) / "spec.json").write_text(json.dumps(spec))
+            error = None
+            try:
+                code, tail = self._run_child([str(RUNNER), str(Path(work) / "spec.json"), str(out)], tree, Path(work), limit)
+            except OSError as exc:
+                code, tail, error = None, "", f"cannot start the CPU probe runner ({self.python}): {exc}"
+            except subprocess.TimeoutExpired:
+                code, tail = None, ""
+                error = (f"the CPU probe runner for {tree.name} hung in {_last_phase(out)!r} "
+                         f"and was killed after {limit:.0f} s")
+            answers = {}
+            for probe in probes:
+                path = out / f"{probe.name}.json"
+                if path.is_file():
+                    try:
+                        answers[probe.name] = json.loads(path.read_text())
+                    except ValueError as exc:
+                        answers[probe.name] = {"ok": False, "error": f"unreadable answer: {exc}"}
+            runner = {}
+            if (out / "runner.json").is_file():
+                try:
+                    runner = json.loads((out / "runner.json").read_text())
+                except ValueError:
+                    runner = {}
+            if error is None and not runner.get("ok"):
+                if runner.get("error"):
+                    error = f"the CPU probe runner failed in {runner.get('phase')!r}: {runner['error']}"
+                else:
+                    error = f"the CPU probe runner exited {code} without a report: {tail}"
+        return ProbeRun(answers, runner, error, round(time.monotonic() - started, 2))
+
+    def _run_child(self, args: list[str], tree: Path, cwd: Path, timeout: float) -> tuple[int, str]:
+        """Run the child in its own session, so a timeout kills it and what it started."""
+        child_env = _child_env(tree)
+        process = subprocess.Popen([str(self.python), *args], env=child_env, cwd=cwd, stdout=subprocess.PIPE,
+                                   stderr=subprocess.STDOUT, text=True, start_new_session=True)
+        try:
+            output, _ = process.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            _kill_session(process)
+            raise
+        tail = " | ".join(line for line in (output or "").strip().splitlines()[-6:])
+        return process.returncode, tail[-800:]
+
+
+IMPORT_ALLOWANCE_S = 300  # preparing the box and importing sglang, on a loaded machine
+
+
+def _child_env(tree: Path) -> dict[str, str]:
+    child_env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "VIRTUAL_ENV"))}
+    child_env.update(
+        PYTHONPATH=os.pathsep.join([str(tree / "python"), str(PROBES)]),
+        PYTHONDONTWRITEBYTECODE="1",  # the tree is a checkout; leave no __pycache__ in it
+        HF_HUB_OFFLINE="1",  # nothing is fetched from a hub: the probes build their own configs
+        TRANSFORMERS_OFFLINE="1",
+        TOKENIZERS_PARALLELISM="false",
+        PYTHONWARNINGS="ignore",
+    )
+    return child_env
+
+
+def _kill_session(process: subprocess.Popen) -> None:
+    try:
+        os.killpg(process.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        process.kill()
+    try:
+        process.communicate(timeout=30)
+    except subprocess.TimeoutExpired:
+        pass
+
+
+def _last_phase(out: Path) -> str:
+    """The phase the runner said it started last (``runner.py`` appends one line per phase)."""
+    try:
+        lines = (out / "progress").read_text().strip().splitlines()
+    except OSError:
+        return "starting the interpreter"
+    return lines[-1].split(" ", 1)[-1] if lines else "starting the interpreter"
+
+
+def bytecode_cache_dir(python: Path) -> Path:
+    """Where the probes' content-keyed bytecode lives, per interpreter version."""
+    return cache.cache_root() / "pyc" / f"{_env_python_version(python.parent.parent)}-{BYTECODE_LAYOUT}"
+
+
+def code_digest(paths: list[Path]) -> str:
+    """A digest of the named files and of every file of the probes folder (the child side)."""
+    digest = hashlib.sha256()
+    for path in sorted({*paths, *(p for p in PROBES.rglob("*.py"))}):
+        digest.update(str(path.relative_to(PACKAGE) if path.is_relative_to(PACKAGE) else path.name).encode())
+        digest.update(b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()
+
+
+@functools.lru_cache(maxsize=None)
+def _pin_overlay_specs(version: str, sha256: str, pin: Pin) -> tuple[str, ...]:
+    return tuple(sorted(f"{_canonical(r.name)}{r.specifier}" for r in pin_requirements(pin)
+                        if _canonical(r.name) in OVERLAY_PACKAGES))
+
+
+def env_fingerprint(pin: Pin) -> str:
+    """What the pin's CPU environment is made of: the base's requirements file and layout, the
+    Python it runs, and the pin's own requirements for the overlay packages. Computed without
+    building anything (the pin's metadata comes from its cached artifact)."""
+    base = cache.cache_root() / "pyenv" / f"base-{_base_digest()}"
+    parts = {
+        "requirements": hashlib.sha256(REQUIREMENTS.read_bytes()).hexdigest(),
+        "layout": BASE_LAYOUT,
+        "python": _env_python_version(base),
+        "overlay": list(_pin_overlay_specs(pin.version, pin.sha256, pin)),
+    }
+    return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()
+
+
+def _env_python_version(env: Path) -> str:
+    """The Python version a venv was made with (its pyvenv.cfg), else the one that would make it."""
+    try:
+        for line in (env / "pyvenv.cfg").read_text().splitlines():
+            key, _, value = line.partition("=")
+            if key.strip() in ("version", "version_info"):
+                return f"{platform.python_implementation().lower()}-{value.strip()}"
+    except OSError:
+        pass
+    return f"{platform.python_implementation().lower()}-{platform.python_version()}"
 
 
 def cpu_python(pin: Pin, index: str | None = None) -> CpuPython:
@@ -124,9 +326,12 @@ def overlay_requirements(pin: Pin, index: str | None, base_versions: dict[str, s
 # -- building -----------------------------------------------------------------------------------
 
 
+def _base_digest() -> str:
+    return hashlib.sha256(REQUIREMENTS.read_bytes() + BASE_LAYOUT.encode()).hexdigest()[:16]
+
+
 def _base_env() -> Path:
-    digest = hashlib.sha256(REQUIREMENTS.read_bytes() + BASE_LAYOUT.encode()).hexdigest()[:16]
-    path = cache.cache_root() / "pyenv" / f"base-{digest}"
+    path = cache.cache_root() / "pyenv" / f"base-{_base_digest()}"
 
     def build(staging: Path) -> None:
         _make_venv(staging)

@@ -2,14 +2,21 @@
 
 sglang imports GPU-only packages (sgl_kernel, aiter, cutlass, cuda-python) and torchvision, whose
 wheel from the index does not load beside torch 2.13 CPU. The probes need sglang's Python code,
-not those packages, so each one that does not import here is replaced by a module whose every
-attribute is a placeholder: usable as a class (in annotations, ``isinstance``, as a base class),
-as a decorator (returns the function unchanged), called (returns another placeholder), and in
-attribute chains. ``install`` returns what it stood in for, so every probe reports its doubles.
+not those packages. Two kinds of double, both returned by ``install`` so every probe reports them:
 
-A catch-all can be wrong where sglang probes for a feature (``hasattr(sgl_kernel, "x")`` picks a
-fallback when absent): ``partial`` stands in for a bare top-level module that has only the listed
-submodules, so everything else stays "not installed" and sglang keeps its CPU fallbacks.
+- a **catch-all** (``install(root)``): every attribute of the module and its submodules is a
+  placeholder, usable as a class (in annotations, ``isinstance``, as a base class), as a decorator
+  (returns the function unchanged), called (returns another placeholder), and in attribute chains.
+  Only for packages whose features sglang never probes on the witnessed paths (torchvision).
+- a **named** stand-in (``install(names={module: [attribute, ...]})``): the module has exactly the
+  listed attributes, each a placeholder, and the listed modules' parent packages exist bare. Any
+  other attribute is missing (``hasattr`` is False, ``from m import x`` fails) and any other
+  submodule does not import, so sglang's own feature probes (``hasattr(sgl_kernel, "op")``, a
+  guarded ``from aiter import op``) see what a box without that op sees, and a new unguarded
+  import in a release fails loudly instead of being papered over.
+
+Placeholders record the calls made to them (``calls()``), so a probe can say which doubles its
+answer actually went through, not only which were importable.
 
 Runs inside the probe's interpreter, before sglang is imported (no sglpatch imports here).
 """
@@ -22,6 +29,17 @@ import importlib.abc
 import importlib.machinery
 import sys
 import types
+
+_CALLS: dict[str, int] = {}
+
+
+def calls() -> list[str]:
+    """The stand-ins called since the last ``reset_calls`` (as functions or constructors)."""
+    return sorted(_CALLS)
+
+
+def reset_calls() -> None:
+    _CALLS.clear()
 
 
 class _PlaceholderMeta(type):
@@ -37,6 +55,7 @@ class _PlaceholderMeta(type):
             return super().__call__(*args, **kwargs)  # a real class that subclasses a placeholder
         if len(args) == 1 and not kwargs and callable(args[0]):
             return args[0]  # used as a decorator at import time
+        _CALLS[cls.__qualname__] = _CALLS.get(cls.__qualname__, 0) + 1
         return placeholder(f"{cls.__qualname__}()")
 
     def __repr__(cls):
@@ -47,7 +66,7 @@ def placeholder(qualname: str) -> type:
     return _PlaceholderMeta(qualname.rsplit(".", 1)[-1], (), {"__qualname__": qualname, "_sglpatch_standin": True})
 
 
-class _StandInModule(types.ModuleType):
+class _CatchAllModule(types.ModuleType):
     def __getattr__(self, name):
         if name.startswith("__"):
             raise AttributeError(name)
@@ -64,28 +83,51 @@ def _torchvision_transforms(module: types.ModuleType) -> None:
 
 
 _SHAPES = {"torchvision.transforms": _torchvision_transforms}
+STANDIN_VERSION = "0.0.0+standin"
 
 
-class _Finder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
-    def __init__(self, names: set[str], prefixes: tuple[str, ...]):
-        self.names = names
-        self.prefixes = prefixes
+class _CatchAllFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    def __init__(self, root: str):
+        self.root = root
 
     def find_spec(self, fullname, path=None, target=None):
-        if fullname in self.names or fullname.startswith(self.prefixes):
+        if fullname == self.root or fullname.startswith(self.root + "."):
             return importlib.machinery.ModuleSpec(fullname, self, is_package=True)
         return None
 
     def create_module(self, spec):
-        module = _StandInModule(spec.name)
+        module = _CatchAllModule(spec.name)
         module.__path__ = []
-        module.__version__ = "0.0.0+standin"
+        module.__version__ = STANDIN_VERSION
         return module
 
     def exec_module(self, module):
         shape = _SHAPES.get(module.__name__)
         if shape is not None:
             shape(module)
+
+
+class _NamedFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """Modules with exactly the listed attributes; their parent packages exist, bare."""
+
+    def __init__(self, names: dict[str, list[str]]):
+        self.names = names
+        self.packages = {name.rsplit(".", i)[0] for name in names for i in range(name.count(".") + 1)}
+
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname in self.packages:
+            return importlib.machinery.ModuleSpec(fullname, self, is_package=True)
+        return None
+
+    def create_module(self, spec):
+        return None  # a plain module object
+
+    def exec_module(self, module):
+        module.__path__ = []
+        module.__version__ = STANDIN_VERSION
+        module._sglpatch_standin = True
+        for attribute in self.names.get(module.__name__, []):
+            setattr(module, attribute, placeholder(f"{module.__name__}.{attribute}"))
 
 
 def _imports(root: str) -> bool:
@@ -98,25 +140,23 @@ def _imports(root: str) -> bool:
         return False
 
 
-def install(*roots: str, partial: dict[str, list[str]] | None = None) -> list[str]:
-    """Stand in for each of ``roots`` (and its submodules) that does not import here.
-
-    ``partial`` maps a root to the only submodules it gets, each a catch-all; the root itself is a
-    bare module. Returns the names stood in for.
-    """
+def install(*roots: str, names: dict[str, list[str]] | None = None) -> list[str]:
+    """Stand in for each of ``roots`` (catch-all) and each root of ``names`` (exactly the listed
+    attributes per module) that does not import here. Returns what was stood in, as
+    ``root`` for a catch-all and ``root{module: attributes, ...}`` counts for a named one."""
     installed = []
     for root in roots:
         if _imports(root):
             continue
-        sys.meta_path.insert(0, _Finder({root}, (root + ".",)))
+        sys.meta_path.insert(0, _CatchAllFinder(root))
         installed.append(root)
-    for root, submodules in (partial or {}).items():
+    by_root: dict[str, dict[str, list[str]]] = {}
+    for module, attributes in (names or {}).items():
+        by_root.setdefault(module.split(".")[0], {})[module] = list(attributes)
+    for root, modules in by_root.items():
         if _imports(root):
             continue
-        bare = types.ModuleType(root)
-        bare.__path__ = []
-        bare.__version__ = "0.0.0+standin"
-        sys.modules[root] = bare
-        sys.meta_path.insert(0, _Finder(set(submodules), ()))
-        installed.append(f"{root}({', '.join(submodules)} only)")
+        sys.meta_path.insert(0, _NamedFinder(modules))
+        count = sum(len(attributes) for attributes in modules.values())
+        installed.append(f"{root} (named: {count} names in {len(modules)} modules)")
     return installed
