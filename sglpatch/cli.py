@@ -170,10 +170,12 @@ def _quark_mtp_exclude(project: Project | None, args: argparse.Namespace) -> int
     rewrite = add_mtp_aliases(args.checkpoint)
     if not rewrite.added:
         print(f"{rewrite.path}: nothing to add; the MTP exclude entries already have decoder names")
-        return 0
-    for alias in rewrite.added:
-        print(f"added {alias}")
-    print(f"{rewrite.path}: {len(rewrite.added)} entries added; original kept in {rewrite.backup}")
+    else:
+        for alias in rewrite.added:
+            print(f"added {alias}")
+        print(f"{rewrite.path}: {len(rewrite.added)} entries added; original kept in {rewrite.backup}")
+    for limit in rewrite.limits:
+        print(f"note: {limit}")
     return 0
 
 
