@@ -16,7 +16,9 @@ The answer, per scenario: the resolved fields, ``log_records`` (every record of 
 from an ``sglang`` logger while it resolved: level, logger, message), ``warnings`` (those
 records and Python warnings, as text, as before), and ``error`` (the exception, when
 ``ServerArgs`` rejects the arguments) or null. ``feature_probes`` shows what sglang's own
-feature checks answered under the stand-ins, so a reader can see they were not flipped.
+feature checks answered under the stand-ins; ``standin_reads`` and ``standins_called`` list what
+the resolution of the scenarios read from or called on them (empty: nothing judged went through
+a double).
 """
 
 from __future__ import annotations
@@ -144,7 +146,8 @@ def run(spec: dict, context) -> dict:
     arch = first_arch
     scenarios = spec["scenarios"]
     order = sorted(scenarios, key=lambda n: (scenarios[n].get("arch") or first_arch) != first_arch)
-    answer: dict = {"feature_probes": feature_probes()}
+    standins.reset_calls()
+    answer: dict = {"feature_probes": feature_probes(), "feature_probe_reads": standins.reads()}
     standins.reset_calls()
     try:
         for name in order:
@@ -180,5 +183,5 @@ def run(spec: dict, context) -> dict:
             hip_emulation.set_arch(first_arch)
             _forget_device_answers()
     answer.update(scenarios={name: results[name] for name in scenarios if name in results},
-                  scenario_seconds=seconds, standins_called=standins.calls())
+                  scenario_seconds=seconds, standins_called=standins.calls(), standin_reads=standins.reads())
     return answer

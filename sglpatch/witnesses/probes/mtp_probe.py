@@ -293,6 +293,7 @@ def resolve(args, folder: str, context) -> dict:
             "quant_method": quant_method_name(layer), "unquantized": is_unquantized(layer),
             "load": load, "load_detail": detail}
     answer["standins_called"] = standins.calls()
+    answer["standin_reads"] = standins.reads()
     return answer
 
 

@@ -105,6 +105,12 @@ def _prepare(spec: dict, context: Context, timings: dict, report: dict) -> str:
     if tree and not os.path.abspath(sglang.__file__).startswith(os.path.abspath(tree)):
         raise RuntimeError(f"sglang was imported from {sglang.__file__}, not from the tree {tree}")
     timings["import"] = round(time.monotonic() - import_started, 2)
+    import standins
+
+    # What sglang's import read from the named stand-ins other than by ``from m import name``
+    # (module-level constants, feature checks), for the answer; each probe then counts its own.
+    context.box["standin_reads_at_import"] = standins.reads()
+    standins.reset_calls()
     # Below warnings is quiet, as a server logs by default; the probes collect what they judge.
     logging.getLogger().setLevel(logging.WARNING)
     return getattr(sglang, "__version__", "?")

@@ -15,8 +15,10 @@ not those packages. Two kinds of double, both returned by ``install`` so every p
   guarded ``from aiter import op``) see what a box without that op sees, and a new unguarded
   import in a release fails loudly instead of being papered over.
 
-Placeholders record the calls made to them (``calls()``), so a probe can say which doubles its
-answer actually went through, not only which were importable.
+Placeholders record the calls made to them (``calls()``), and named stand-ins record every
+attribute read from them that is not a ``from m import name`` statement, present or absent
+(``reads()``): a probe can say which doubles its answer actually went through, and show that a
+judged code path read nothing from them (no ``hasattr`` probe, no version check, no call).
 
 Runs inside the probe's interpreter, before sglang is imported (no sglpatch imports here).
 """
@@ -31,6 +33,14 @@ import sys
 import types
 
 _CALLS: dict[str, int] = {}
+_READS: dict[str, str] = {}
+# What the import machinery reads from any module; not sglang looking at the package.
+_MACHINERY = frozenset({
+    "__spec__", "__path__", "__name__", "__loader__", "__dict__", "__class__", "__package__", "__file__",
+    "__cached__", "__builtins__", "__getattr__", "__getattribute__", "__setattr__", "__dir__", "__doc__",
+    "__qualname__", "__module__", "_sglpatch_standin", "__origin__", "__wrapped__", "__mro_entries__",
+    "__annotations__", "__init_subclass__", "__reduce__", "__reduce_ex__", "__repr__", "__str__",
+})
 
 
 def calls() -> list[str]:
@@ -38,8 +48,59 @@ def calls() -> list[str]:
     return sorted(_CALLS)
 
 
+def reads() -> list[str]:
+    """Attributes read from named stand-ins since the last ``reset_calls``, other than by
+    ``from m import name``: ``module.name (how, where)``, ``absent`` for a name it does not have."""
+    return [f"{name} ({how})" for name, how in sorted(_READS.items())]
+
+
 def reset_calls() -> None:
     _CALLS.clear()
+    _READS.clear()
+
+
+def _import_statement(frame) -> bool:
+    """Whether the attribute is being read by a ``from m import name`` (IMPORT_FROM, or the import
+    machinery's ``_handle_fromlist``)."""
+    import dis
+
+    if frame is None:
+        return False
+    if frame.f_code.co_filename.startswith("<frozen importlib"):
+        return True
+    return dis.opname[frame.f_code.co_code[frame.f_lasti]] == "IMPORT_FROM"
+
+
+def _where(frame) -> str:
+    """``file:line``, and whether the reading code is a module's top level (run at its import)."""
+    while frame is not None and frame.f_code.co_filename.startswith("<frozen"):
+        frame = frame.f_back
+    if frame is None:
+        return "?"
+    where = f"{frame.f_code.co_filename.split('/python/')[-1]}:{frame.f_lineno}"
+    return f"{where}, module level" if frame.f_code.co_name == "<module>" else where
+
+
+class _NamedModule(types.ModuleType):
+    def __getattribute__(self, name):
+        if name not in _MACHINERY:
+            import sys as _sys
+
+            caller = _sys._getframe(1)
+            if not _import_statement(caller):
+                module = types.ModuleType.__getattribute__(self, "__name__")
+                _READS.setdefault(f"{module}.{name}", f"read at {_where(caller)}")
+        return types.ModuleType.__getattribute__(self, name)
+
+    def __getattr__(self, name):  # only for names the module does not have
+        if name not in _MACHINERY:
+            import sys as _sys
+
+            caller = _sys._getframe(1)
+            module = types.ModuleType.__getattribute__(self, "__name__")
+            how = "imported" if _import_statement(caller) else "probed"
+            _READS[f"{module}.{name}"] = f"absent, {how} at {_where(caller)}"
+        raise AttributeError(name)
 
 
 class _PlaceholderMeta(type):
@@ -120,7 +181,7 @@ class _NamedFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         return None
 
     def create_module(self, spec):
-        return None  # a plain module object
+        return _NamedModule(spec.name)
 
     def exec_module(self, module):
         module.__path__ = []
