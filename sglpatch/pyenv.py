@@ -249,11 +249,13 @@ def bytecode_cache_dir(python: Path) -> Path:
 
 
 def code_digest(paths: list[Path]) -> str:
-    """A digest of the named files and of every file of the probes folder (the child side)."""
+    """A digest of the named files and of every file of the probes folder (the child side),
+    by name and content (not by where the checkout is)."""
     digest = hashlib.sha256()
-    for path in sorted({*paths, *(p for p in PROBES.rglob("*.py"))}):
-        digest.update(str(path.relative_to(PACKAGE) if path.is_relative_to(PACKAGE) else path.name).encode())
-        digest.update(b"\0" + path.read_bytes() + b"\0")
+    files = [(f"probes/{p.relative_to(PROBES)}", p) for p in sorted(PROBES.rglob("*.py"))]
+    files += sorted((path.name, path) for path in paths)
+    for name, path in files:
+        digest.update(name.encode() + b"\0" + path.read_bytes() + b"\0")
     return digest.hexdigest()
 
 

@@ -117,7 +117,7 @@ def test_each_pin_gets_the_transformers_its_own_metadata_pins():
         python = pyenv.cpu_python(pin)
         done = subprocess.run(
             [str(python.python), "-c", "import transformers, torch; print(transformers.__version__, torch.__version__)"],
-            capture_output=True, text=True, check=True,
+            capture_output=True, text=True, check=True, timeout=300,
         )
         transformers_version, torch_version = done.stdout.split()
         assert wanted["transformers"] == f"=={transformers_version}", pin.version

@@ -123,7 +123,8 @@ def test_unusable_config_is_refused_naming_the_file(tmp_path, config, message):
 
 
 def test_cli_works_outside_a_project(checkpoint, tmp_path):
-    run = subprocess.run(["python", "-m", "sglpatch", "quark-mtp-exclude", str(checkpoint)], capture_output=True, text=True, cwd=tmp_path)
+    run = subprocess.run(["python", "-m", "sglpatch", "quark-mtp-exclude", str(checkpoint)], capture_output=True, text=True,
+                         cwd=tmp_path, timeout=120)
     assert run.returncode == 0, run.stderr
     assert "added model.decoder.mlp.shared_experts.gate_up_proj" in run.stdout
     assert f"note: {SHARED_EXPERT_FUSION}" in run.stdout
