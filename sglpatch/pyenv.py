@@ -23,16 +23,19 @@ the environment a probe ran in.
 
 from __future__ import annotations
 
+import atexit
 import functools
 import hashlib
 import json
 import os
 import platform
+import queue
 import shutil
 import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import venv
 from dataclasses import dataclass, field
@@ -58,7 +61,11 @@ PIP_TIMEOUT_S = 1800
 
 
 RUNNER = PROBES / "runner.py"
+ZYGOTE = PROBES / "zygote.py"
+# SGLPATCH_PROBE_FORK_SERVER=0: every probe run starts a fresh interpreter (no fork server).
+FORK_SERVER_ENV = "SGLPATCH_PROBE_FORK_SERVER"
 BYTECODE_LAYOUT = "content-sha256-1"  # bump when probes/bytecode.py changes what it stores
+BYTECODE_DIR: Path | None = None  # where the probes' bytecode cache is; None: in the cache root
 
 
 class EnvUnavailable(Unavailable):
@@ -164,8 +171,13 @@ class CpuPython:
             }
             (Path(work) / "spec.json").write_text(json.dumps(spec))
             error = None
+            server = _fork_server(self, first) if os.environ.get(FORK_SERVER_ENV, "1") != "0" else None
             try:
-                code, tail = self._run_child([str(RUNNER), str(Path(work) / "spec.json"), str(out)], tree, Path(work), limit)
+                if server is not None:
+                    code, tail = server.run(Path(work) / "spec.json", out, limit)
+                else:
+                    code, tail = self._run_child([str(RUNNER), str(Path(work) / "spec.json"), str(out)], tree,
+                                                 Path(work), limit)
             except OSError as exc:
                 code, tail, error = None, "", f"cannot start the CPU probe runner ({self.python}): {exc}"
             except subprocess.TimeoutExpired:
@@ -191,6 +203,10 @@ class CpuPython:
                     error = f"the CPU probe runner failed in {runner.get('phase')!r}: {runner['error']}"
                 else:
                     error = f"the CPU probe runner exited {code} without a report: {tail}"
+            if runner.get("third_party"):
+                _remember_preload(self.python, runner.pop("third_party"))
+            if server is not None:
+                runner["fork_server"] = server.started
         return ProbeRun(answers, runner, error, round(time.monotonic() - started, 2))
 
     def _run_child(self, args: list[str], tree: Path, cwd: Path, timeout: float) -> tuple[int, str]:
@@ -210,10 +226,10 @@ class CpuPython:
 IMPORT_ALLOWANCE_S = 300  # preparing the box and importing sglang, on a loaded machine
 
 
-def _child_env(tree: Path) -> dict[str, str]:
+def _child_env(tree: Path | None) -> dict[str, str]:
     child_env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "VIRTUAL_ENV"))}
     child_env.update(
-        PYTHONPATH=os.pathsep.join([str(tree / "python"), str(PROBES)]),
+        PYTHONPATH=os.pathsep.join([*([str(tree / "python")] if tree is not None else []), str(PROBES)]),
         PYTHONDONTWRITEBYTECODE="1",  # the tree is a checkout; leave no __pycache__ in it
         HF_HUB_OFFLINE="1",  # nothing is fetched from a hub: the probes build their own configs
         TRANSFORMERS_OFFLINE="1",
@@ -245,6 +261,8 @@ def _last_phase(out: Path) -> str:
 
 def bytecode_cache_dir(python: Path) -> Path:
     """Where the probes' content-keyed bytecode lives, per interpreter version."""
+    if BYTECODE_DIR is not None:
+        return BYTECODE_DIR
     return cache.cache_root() / "pyc" / f"{_env_python_version(python.parent.parent)}-{BYTECODE_LAYOUT}"
 
 
@@ -289,6 +307,143 @@ def _env_python_version(env: Path) -> str:
     except OSError:
         pass
     return f"{platform.python_implementation().lower()}-{platform.python_version()}"
+
+
+# -- the fork server ------------------------------------------------------------------------------
+
+FORK_SERVER_START_S = 300  # preparing the box and importing the environment's packages
+
+
+class _ForkServer:
+    """``probes/zygote.py`` for one interpreter and import environment: the box prepared and the
+    environment's packages imported once, one forked child per ``run``. Lives until this process
+    exits (or its stdin closes); one request at a time."""
+
+    def __init__(self, python: Path, request: ProbeRequest):
+        self.work = tempfile.mkdtemp(prefix="sglpatch-fork-server-")
+        config = Path(self.work) / "config.json"
+        config.write_text(json.dumps({
+            "workdir": self.work, "import_env": dict(request.import_env), "arch": request.arch,
+            "preload": _preload_list(python),
+        }))
+        env = _child_env(None)
+        self.log = open(Path(self.work) / "server.log", "w")
+        self.process = subprocess.Popen([str(python), str(ZYGOTE), str(config)], env=env, cwd=self.work,
+                                        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log, text=True,
+                                        start_new_session=True)
+        self.lines: queue.Queue = queue.Queue()
+        threading.Thread(target=self._read, daemon=True).start()
+        self.lock = threading.Lock()
+        ready = self._next(FORK_SERVER_START_S, "start")
+        if "ready" not in ready:
+            raise OSError(f"the fork server did not start: {ready}")
+        self.started = {"seconds": ready["ready"], "preloaded": ready["preloaded"]}
+
+    def _read(self) -> None:
+        for line in self.process.stdout:
+            try:
+                self.lines.put(json.loads(line))
+            except ValueError:
+                continue
+        self.lines.put(None)
+
+    def _next(self, timeout: float, what: str) -> dict:
+        try:
+            message = self.lines.get(timeout=timeout)
+        except queue.Empty:
+            raise subprocess.TimeoutExpired(str(ZYGOTE), timeout) from None
+        if message is None:
+            self.log.flush()
+            tail = " | ".join(Path(self.log.name).read_text().strip().splitlines()[-6:])[-800:]
+            raise OSError(f"the fork server ended ({what}): {tail}")
+        return message
+
+    def alive(self) -> bool:
+        return self.process.poll() is None
+
+    def run(self, spec: Path, out: Path, timeout: float) -> tuple[int | None, str]:
+        log = out / "child.log"
+        with self.lock:
+            self.process.stdin.write(json.dumps({"spec": str(spec), "out": str(out), "log": str(log)}) + "\n")
+            self.process.stdin.flush()
+            pid = self._next(60, "fork")["pid"]
+            try:
+                code = self._next(timeout, "run")["exit"]
+            except subprocess.TimeoutExpired:
+                try:
+                    os.killpg(pid, signal.SIGKILL)
+                except (ProcessLookupError, PermissionError):
+                    pass
+                self._next(60, "kill")
+                raise
+        tail = ""
+        if log.is_file():
+            tail = " | ".join(log.read_text(errors="replace").strip().splitlines()[-6:])[-800:]
+        return code, tail
+
+    def close(self) -> None:
+        try:
+            self.process.stdin.close()
+            self.process.wait(timeout=10)
+        except (OSError, subprocess.TimeoutExpired):
+            _kill_session(self.process)
+        self.log.close()
+        shutil.rmtree(self.work, ignore_errors=True)
+
+
+_FORK_SERVERS: dict[tuple, _ForkServer] = {}  # in order of last use
+MAX_FORK_SERVERS = 3  # each holds an imported torch and transformers (about 0.5 GB)
+
+
+def _fork_server(python: "CpuPython", request: ProbeRequest) -> _ForkServer | None:
+    """The running fork server for this interpreter and import environment, started on first
+    use; None where it cannot start (the probes then run in a fresh interpreter)."""
+    key = (str(python.python), request.environment())
+    server = _FORK_SERVERS.pop(key, None)
+    if server is None or not server.alive():
+        if server is not None:
+            server.close()
+        while len(_FORK_SERVERS) >= MAX_FORK_SERVERS:
+            _FORK_SERVERS.pop(next(iter(_FORK_SERVERS))).close()
+        try:
+            server = _ForkServer(python.python, request)
+        except (OSError, subprocess.TimeoutExpired):
+            return None
+    _FORK_SERVERS[key] = server
+    return server
+
+
+@atexit.register
+def _close_fork_servers() -> None:
+    for server in _FORK_SERVERS.values():
+        server.close()
+    _FORK_SERVERS.clear()
+
+
+def _preload_file(python: Path) -> Path:
+    return bytecode_cache_dir(python) / f"preload-{hashlib.sha256(str(python).encode()).hexdigest()[:16]}.json"
+
+
+def _preload_list(python: Path) -> list[str]:
+    try:
+        return list(json.loads(_preload_file(python).read_text()))
+    except (OSError, ValueError):
+        return ["torch", "transformers", "triton"]
+
+
+def _remember_preload(python: Path, modules: list[str]) -> None:
+    """Keep the union of what children imported from site-packages, in import order, for the
+    next fork server of this interpreter."""
+    known = _preload_list(python)
+    new = [m for m in modules if m not in set(known)]
+    if not new:
+        return
+    path = _preload_file(python)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".preload-", suffix=".tmp")
+    with os.fdopen(fd, "w") as handle:
+        json.dump(known + new, handle)
+    os.replace(tmp, path)
 
 
 def cpu_python(pin: Pin, index: str | None = None) -> CpuPython:

@@ -99,3 +99,37 @@ def test_a_tree_whose_sglang_does_not_import_fails_every_probe_with_the_reason(p
     run = python.run_probes(_tree(tmp_path / "tree", broken=True), [_sleepy("a", 0, 10), _sleepy("b", 0, 10)])
     for name in ("a", "b"):
         assert "failed in 'import sglang'" in run.failure(name) and "this sglang does not import" in run.failure(name)
+
+
+@pytest.mark.parametrize("version", ["0.5.10", "0.5.23"])
+def test_a_child_forked_from_the_fork_server_answers_as_a_fresh_interpreter(version, tmp_path, monkeypatch):
+    """The fork server imports the environment's packages before any tree's sglang; the witnesses'
+    answers must not depend on that."""
+    import re
+
+    from conftest import apply_rendition, pristine_subtree
+    from sglpatch.witnesses import mtp_exclude, rocm_flags
+
+    pin = REAL_PINS.select([version])[0]
+    try:
+        python = pyenv.cpu_python(pin)
+    except pyenv.EnvUnavailable as exc:
+        skip_unless_required(f"no CPU Python here: {exc}")
+    tree = pristine_subtree(version, tmp_path / "tree")
+    for patch in ("0002-quark-keep-mtp-draft-excluded-modules-unquantized.patch",
+                  "0003-amd-glm5-mi355x-aiter-allreduce-fusion-fp8-kv-default.patch"):
+        apply_rendition(tree, patch, version)
+    checks = [mtp_exclude.MtpQuarkExcludeWitness(), rocm_flags.RocmFlagsWitness()]
+
+    def answers():
+        run = python.run_probes(tree, [w.probe_request(pin) for w in checks])
+        results = [w.judge_probe(run.answers.get(w.probe_request(pin).name), run.failure(w.probe_request(pin).name), pin)
+                   for w in checks]
+        return [(r.state, r.level, re.sub(r"resolved in \d+s", "", r.detail)) for r in results], run.runner
+
+    forked, forked_runner = answers()
+    monkeypatch.setenv(pyenv.FORK_SERVER_ENV, "0")
+    fresh, fresh_runner = answers()
+    assert forked_runner.get("fork_server") and not fresh_runner.get("fork_server")
+    assert forked == fresh
+    assert [state for state, _, _ in forked] == ["clean", "clean"]

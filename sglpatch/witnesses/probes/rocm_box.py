@@ -108,11 +108,15 @@ def prepare(import_env: dict[str, str | None], arch: str = MI355X, workdir: str 
             tree: str | None = None, registry_archs: list[str] | None = None) -> dict:
     """Set up the box before sglang is imported; returns what was emulated and stood in.
 
-    ``registry_archs``: the architectures the probes will ask sglang's model registry for. The
-    registry imports every module of ``sglang/srt/models`` (a few hundred) on first use; with
-    sglang's own ``SGLANG_DISABLED_MODEL_ARCHS`` it skips every module whose source does not name
-    one of them. A class is defined in a module that names it, so the registry's answer for these
-    architectures is the same, in a fraction of the time."""
+    ``registry_archs``: the architectures the probes will ask sglang's model registry for (see
+    ``prepare_tree``)."""
+    box = prepare_box(import_env, arch, workdir)
+    box.update(prepare_tree(tree, registry_archs))
+    return box
+
+
+def prepare_box(import_env: dict[str, str | None], arch: str = MI355X, workdir: str | None = None) -> dict:
+    """What does not depend on the tree: the environment, the stand-ins, the emulated GPU."""
     for name, value in import_env.items():
         if value is None:
             os.environ.pop(name, None)
@@ -128,12 +132,20 @@ def prepare(import_env: dict[str, str | None], arch: str = MI355X, workdir: str 
     else:
         stood_in = standins.install(*CATCH_ALL, names=NAMED)
     hip_emulation.emulate(arch, workdir=workdir)
-    box = {"emulated_gpu": arch, "standins": stood_in,
-           "import_env": {k: v for k, v in import_env.items() if v is not None}}
-    if tree and registry_archs:
-        kept = limit_model_registry(os.path.join(tree, "sglang", "srt", "models"), registry_archs)
-        box["model_registry"] = f"modules naming {', '.join(registry_archs)}: {', '.join(kept)}"
-    return box
+    return {"emulated_gpu": arch, "standins": stood_in,
+            "import_env": {k: v for k, v in import_env.items() if v is not None}}
+
+
+def prepare_tree(tree: str | None, registry_archs: list[str] | None) -> dict:
+    """What depends on the tree. The model registry imports every module of
+    ``sglang/srt/models`` (a few hundred) on first use; with sglang's own
+    ``SGLANG_DISABLED_MODEL_ARCHS`` it skips every module whose source does not name one of
+    ``registry_archs``. A class is defined in a module that names it, so the registry's answer
+    for these architectures is the same, in a fraction of the time."""
+    if not (tree and registry_archs):
+        return {}
+    kept = limit_model_registry(os.path.join(tree, "sglang", "srt", "models"), registry_archs)
+    return {"model_registry": f"modules naming {', '.join(registry_archs)}: {', '.join(kept)}"}
 
 
 def limit_model_registry(models_dir: str, archs: list[str]) -> list[str]:

@@ -62,14 +62,15 @@ def _write(path: str, data: dict) -> None:
     os.replace(tmp, path)
 
 
-def main(spec_path: str, out_dir: str) -> int:
+def main(spec_path: str, out_dir: str, box: dict | None = None) -> int:
+    """Run the spec's probes; ``box`` when the box was prepared already (``zygote.py``)."""
     with open(spec_path) as handle:
         spec = json.load(handle)
     context = Context(out_dir, {}, spec["workdir"])
     timings: dict[str, float] = {}
     report: dict = {"ok": False, "seconds": timings}
     try:
-        version = _prepare(spec, context, timings, report)
+        version = _prepare(spec, context, timings, report, box)
     except BaseException as exc:  # noqa: BLE001 - no probe can run; the parent says why
         report.update(phase=context.phase_name, error=f"{type(exc).__name__}: {exc}"[:2000],
                       traceback=traceback.format_exc(limit=-10))
@@ -77,11 +78,25 @@ def main(spec_path: str, out_dir: str) -> int:
         return 1
     _run_probes(spec, context, timings, version)
     report["ok"] = True
+    report["third_party"] = third_party_modules(spec.get("tree"))
     _write(os.path.join(out_dir, "runner.json"), {**report, **context.box})
     return 0
 
 
-def _prepare(spec: dict, context: Context, timings: dict, report: dict) -> str:
+def third_party_modules(tree: str | None) -> list[str]:
+    """Modules imported from the environment's site-packages, in import order: what a fork
+    server can import ahead for the next tree (``zygote.py``), none of sglang's."""
+    roots = tuple(os.path.abspath(p) for p in sys.path if p and "site-packages" in p)
+    tree = os.path.abspath(tree) if tree else None
+    found = []
+    for name, module in list(sys.modules.items()):
+        path = getattr(module, "__file__", None) or ""
+        if path and path.startswith(roots) and not (tree and path.startswith(tree)):
+            found.append(name)
+    return found
+
+
+def _prepare(spec: dict, context: Context, timings: dict, report: dict, box: dict | None) -> str:
     started = time.monotonic()
     warnings.filterwarnings("ignore")
     context.probe = "runner"
@@ -93,8 +108,17 @@ def _prepare(spec: dict, context: Context, timings: dict, report: dict) -> str:
         report["bytecode"] = bytecode.install(tree, spec["bytecode_cache"])
     import rocm_box
 
-    context.box = rocm_box.prepare(spec.get("import_env", {}), spec.get("arch") or rocm_box.MI355X, spec["workdir"],
-                                   tree=tree, registry_archs=spec.get("registry_archs"))
+    if box is None:
+        context.box = rocm_box.prepare_box(spec.get("import_env", {}), spec.get("arch") or rocm_box.MI355X,
+                                           spec["workdir"])
+    else:
+        import hip_emulation
+
+        context.box = dict(box, process="forked from a fork server that prepared the box")
+        hip_emulation.set_arch(spec.get("arch") or rocm_box.MI355X)  # as the box was made, whatever ran before
+    if tree and tree not in sys.path:
+        sys.path.insert(0, tree)
+    context.box.update(rocm_box.prepare_tree(tree, spec.get("registry_archs")))
     timings["box"] = round(time.monotonic() - started, 2)
     context.phase("import sglang")
     import_started = time.monotonic()
