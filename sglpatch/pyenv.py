@@ -129,17 +129,23 @@ class CpuPython:
         timeout: float = 600,
         cwd: Path | None = None,
     ) -> subprocess.CompletedProcess[str]:
-        """Run ``python args`` with ``<tree>/python`` and the probes folder first on the path."""
+        """Run ``python args`` with ``<tree>/python`` and the probes folder first on the path.
+
+        Past ``timeout`` the child and everything it started are killed, and the result says so:
+        exit status 124 and a last line of stderr naming what hung (never TimeoutExpired)."""
         child_env = _child_env(tree)
         child_env.update(env or {})
-        return subprocess.run(
-            [str(self.python), *args],
-            env=child_env,
-            cwd=cwd,
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-        )
+        command = [str(self.python), *args]
+        process = subprocess.Popen(command, env=child_env, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                   text=True, start_new_session=True)
+        try:
+            stdout, stderr = process.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            stdout, stderr = _kill_session(process)
+            what = " ".join(Path(a).name if "/" in a else a for a in args[:4])
+            stderr = f"{stderr or ''}\n{what} hung in the CPU Python of {tree.name}: killed after {timeout:.0f} s"
+            return subprocess.CompletedProcess(command, 124, stdout or "", stderr)
+        return subprocess.CompletedProcess(command, process.returncode, stdout, stderr)
 
     def run_probes(self, tree: Path, probes: list[ProbeRequest], *, timeout: float | None = None) -> ProbeRun:
         """Run ``probes`` on ``tree`` in one child that imports the tree's sglang once.
@@ -239,15 +245,17 @@ def _child_env(tree: Path | None) -> dict[str, str]:
     return child_env
 
 
-def _kill_session(process: subprocess.Popen) -> None:
+def _kill_session(process: subprocess.Popen) -> tuple[str, str]:
+    """Kill the process and its session; what it had written, (stdout, stderr)."""
     try:
         os.killpg(process.pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
         process.kill()
     try:
-        process.communicate(timeout=30)
+        stdout, stderr = process.communicate(timeout=30)
+        return stdout or "", stderr or ""
     except subprocess.TimeoutExpired:
-        pass
+        return "", ""
 
 
 def _last_phase(out: Path) -> str:
@@ -267,11 +275,11 @@ def bytecode_cache_dir(python: Path) -> Path:
 
 
 def code_digest(paths: list[Path]) -> str:
-    """A digest of the named files and of every file of the probes folder (the child side),
-    by name and content (not by where the checkout is)."""
+    """A digest of the named files, of this module (how the child is started) and of every file of
+    the probes folder (the child side), by name and content (not by where the checkout is)."""
     digest = hashlib.sha256()
     files = [(f"probes/{p.relative_to(PROBES)}", p) for p in sorted(PROBES.rglob("*.py"))]
-    files += sorted((path.name, path) for path in paths)
+    files += sorted((path.name, path) for path in {*paths, Path(__file__)})
     for name, path in files:
         digest.update(name.encode() + b"\0" + path.read_bytes() + b"\0")
     return digest.hexdigest()

@@ -7,6 +7,7 @@ import json
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -155,3 +156,15 @@ def test_a_failed_environment_build_is_unavailable_and_leaves_nothing(tmp_path, 
     with pytest.raises(pyenv.EnvUnavailable, match="CPU witness environment \\(base\\): pip failed"):
         pyenv._base_env()
     assert not [p for p in (tmp_path / "cache" / "pyenv").glob("base-*") if p.is_dir()], "a half-built environment was left"
+
+
+def test_a_probe_script_that_hangs_is_killed_and_the_result_names_it(tmp_path):
+    python = pyenv.CpuPython(Path(sys.executable))
+    script = tmp_path / "hangs.py"
+    script.write_text("import subprocess, sys, time\nsubprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)'])\n"
+                      "print('started', flush=True)\ntime.sleep(600)\n")
+    started = time.monotonic()
+    run = python.run([str(script)], tree=tmp_path, timeout=3)
+    assert time.monotonic() - started < 40
+    assert run.returncode == 124 and "started" in run.stdout
+    assert run.stderr.strip().endswith(f"hangs.py hung in the CPU Python of {tmp_path.name}: killed after 3 s")

@@ -209,6 +209,15 @@ def run_cached_many(
     return {witness.name: results[witness.name] for witness in witnesses}
 
 
+def doubles_used(answer: dict) -> str:
+    """The test doubles a CPU probe's answer rests on, in a few words for a witness's detail."""
+    standins = ", ".join(s.split(" (")[0] for s in answer.get("standins") or []) or "none"
+    called = sorted({c for case in (answer.get("cases") or {}).values() for c in case.get("standins_called") or []}
+                    | set(answer.get("standins_called") or []))
+    gpu = str(answer.get("emulated_gpu") or "?").split(":")[0]
+    return f"doubles: emulated {gpu} node; stand-ins {standins}; called: {', '.join(called) or 'none'}"
+
+
 def is_probe_witness(witness: Witness) -> bool:
     return callable(getattr(witness, "probe_request", None)) and callable(getattr(witness, "judge_probe", None))
 

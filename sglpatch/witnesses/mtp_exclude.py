@@ -148,7 +148,10 @@ class MtpQuarkExcludeWitness:
     def judge_probe(self, answer: dict | None, failure: str | None, pin: Pin) -> WitnessResult:
         if answer is None:
             return WitnessResult(self.name, UNAVAILABLE, detail=(failure or "no answer")[:1000])
-        return judge(answer, self.name)
+        from sglpatch.witnesses import doubles_used
+
+        result = judge(answer, self.name)
+        return WitnessResult(result.witness, result.state, result.level, f"{result.detail} [{doubles_used(answer)}]")
 
     def run(self, tree: Path, pin: Pin) -> WitnessResult:
         from sglpatch.witnesses import run_probe_witnesses

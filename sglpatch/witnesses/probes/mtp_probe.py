@@ -54,6 +54,11 @@ MODULES = {
 }
 SHARED_EXPERT = ("shared_experts.gate_up_proj", "shared_experts.down_proj")
 MODEL_PLACEHOLDER = "{model}"
+# What stands in for what cannot run on CPU here, besides the box's GPU and packages.
+DOUBLES = (
+    "the draft is built on the host (the emulated GPU holds no tensor) in a one-rank gloo process group",
+    "not run: process_weights_after_loading and the draft's post_load_weights (GPU kernel layouts)",
+)
 
 
 def filtered_kwargs(fn, **kw):
@@ -308,7 +313,7 @@ def run(spec: dict, context) -> dict:
     context.phase("resolve the server args")
     args = server_args([first if a == MODEL_PLACEHOLDER else a for a in spec["argv"]])
     publish(args)
-    result: dict = {"cases": {}, "server_args": {
+    result: dict = {"cases": {}, "doubles": list(DOUBLES), "server_args": {
         name: getattr(args, name, None) for name in ("tp_size", "speculative_algorithm", "kv_cache_dtype",
                                                      "disable_shared_experts_fusion", "device")}}
     for case, folder in cases.items():
