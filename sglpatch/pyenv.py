@@ -13,16 +13,30 @@ the cache:
 
 Building either is done once, under a lock, in a staging folder renamed into place; a failure
 raises ``EnvUnavailable`` naming the pip command and its last output lines, and leaves nothing.
+
+``CpuPython.run_probes`` runs several probes on one tree in one child process
+(``witnesses/probes/runner.py``), so the tree's sglang is imported once for all of them; its
+modules are compiled once per distinct content into a bytecode cache shared by every tree
+(``probes/bytecode.py``). ``env_fingerprint`` is what a cached witness answer must be keyed by:
+the environment a probe ran in.
 """
 
 from __future__ import annotations
 
+import atexit
+import functools
 import hashlib
 import json
 import os
+import platform
+import queue
 import shutil
+import signal
 import subprocess
 import sys
+import tempfile
+import threading
+import time
 import venv
 from dataclasses import dataclass, field
 from importlib import metadata as importlib_metadata
@@ -32,7 +46,7 @@ from packaging.requirements import Requirement
 from packaging.version import Version
 
 from sglpatch import cache, sources
-from sglpatch.errors import SglpatchError
+from sglpatch.errors import Unavailable
 from sglpatch.pins import Pin
 
 PACKAGE = Path(__file__).parent
@@ -46,8 +60,57 @@ BASE_LAYOUT = "sglpatch-pyenv-1"  # bump when the way the base is built changes
 PIP_TIMEOUT_S = 1800
 
 
-class EnvUnavailable(SglpatchError):
+RUNNER = PROBES / "runner.py"
+ZYGOTE = PROBES / "zygote.py"
+# SGLPATCH_PROBE_FORK_SERVER=0: every probe run starts a fresh interpreter (no fork server).
+FORK_SERVER_ENV = "SGLPATCH_PROBE_FORK_SERVER"
+BYTECODE_LAYOUT = "content-sha256-1"  # bump when probes/bytecode.py changes what it stores
+BYTECODE_DIR: Path | None = None  # where the probes' bytecode cache is; None: in the cache root
+
+
+class EnvUnavailable(Unavailable):
     """The CPU environment cannot be built here; the reason says which step failed."""
+
+
+@dataclass(frozen=True)
+class ProbeRequest:
+    """One probe for ``CpuPython.run_probes``: ``module`` (in the probes folder) gets ``spec``.
+
+    Probes that share a process must agree on ``import_env`` (the environment sglang is
+    imported under) and ``arch`` (the emulated GPU); ``registry_archs`` are the architectures
+    the probe asks sglang's model registry for."""
+
+    name: str
+    module: str
+    spec: dict
+    limit_s: float
+    import_env: tuple[tuple[str, str], ...] = ()
+    arch: str = "gfx950:sramecc+:xnack-"
+    registry_archs: tuple[str, ...] = ()
+
+    def environment(self) -> tuple:
+        return (self.import_env, self.arch)
+
+
+@dataclass
+class ProbeRun:
+    """What one child process answered: per probe its answer (absent if it never finished),
+    the runner's own report (timings, what was emulated and stood in), and, when the process
+    failed as a whole, why (``error``), naming the phase it was in."""
+
+    answers: dict[str, dict]
+    runner: dict
+    error: str | None
+    wall_s: float
+
+    def failure(self, name: str) -> str | None:
+        """Why probe ``name`` has no usable answer, or None when it has one."""
+        answer = self.answers.get(name)
+        if answer is None:
+            return self.error or f"the probe {name} gave no answer"
+        if not answer.get("ok"):
+            return f"the probe {name} failed in {answer.get('phase') or 'its setup'}: {answer.get('error')}"
+        return None
 
 
 @dataclass(frozen=True)
@@ -66,25 +129,329 @@ class CpuPython:
         timeout: float = 600,
         cwd: Path | None = None,
     ) -> subprocess.CompletedProcess[str]:
-        """Run ``python args`` with ``<tree>/python`` and the probes folder first on the path."""
-        child_env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "VIRTUAL_ENV"))}
-        child_env.update(
-            PYTHONPATH=os.pathsep.join([str(tree / "python"), str(PROBES)]),
-            PYTHONDONTWRITEBYTECODE="1",  # the tree is a checkout; leave no __pycache__ in it
-            HF_HUB_OFFLINE="1",  # nothing is fetched from a hub: the probes build their own configs
-            TRANSFORMERS_OFFLINE="1",
-            TOKENIZERS_PARALLELISM="false",
-            PYTHONWARNINGS="ignore",
-        )
+        """Run ``python args`` with ``<tree>/python`` and the probes folder first on the path.
+
+        Past ``timeout`` the child and everything it started are killed, and the result says so:
+        exit status 124 and a last line of stderr naming what hung (never TimeoutExpired)."""
+        child_env = _child_env(tree)
         child_env.update(env or {})
-        return subprocess.run(
-            [str(self.python), *args],
-            env=child_env,
-            cwd=cwd,
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-        )
+        command = [str(self.python), *args]
+        process = subprocess.Popen(command, env=child_env, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                   text=True, start_new_session=True)
+        try:
+            stdout, stderr = process.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            stdout, stderr = _kill_session(process)
+            what = " ".join(Path(a).name if "/" in a else a for a in args[:4])
+            stderr = f"{stderr or ''}\n{what} hung in the CPU Python of {tree.name}: killed after {timeout:.0f} s"
+            return subprocess.CompletedProcess(command, 124, stdout or "", stderr)
+        return subprocess.CompletedProcess(command, process.returncode, stdout, stderr)
+
+    def run_probes(self, tree: Path, probes: list[ProbeRequest], *, timeout: float | None = None) -> ProbeRun:
+        """Run ``probes`` on ``tree`` in one child that imports the tree's sglang once.
+
+        Each probe has its own time limit inside the child; ``timeout`` (default: their sum plus
+        the import's allowance) bounds the whole process, which is then killed with everything
+        it started, and the answer says which phase it hung in. Never raises for what the child
+        does: a failure is in ``ProbeRun.error`` or in a probe's answer."""
+        if not probes:
+            return ProbeRun({}, {}, None, 0.0)
+        environments = {probe.environment() for probe in probes}
+        if len(environments) != 1:
+            raise ValueError(f"probes for one process must share their import environment: {sorted(environments)}")
+        first = probes[0]
+        tree = Path(tree).resolve()
+        limit = timeout or IMPORT_ALLOWANCE_S + sum(probe.limit_s for probe in probes)
+        started = time.monotonic()
+        with tempfile.TemporaryDirectory(prefix="sglpatch-probes-") as work:
+            out = Path(work) / "out"
+            out.mkdir()
+            spec = {
+                "workdir": work,
+                "tree": str(tree / "python"),
+                "import_env": dict(first.import_env),
+                "arch": first.arch,
+                "registry_archs": sorted({arch for probe in probes for arch in probe.registry_archs}),
+                "bytecode_cache": str(bytecode_cache_dir(self.python)),
+                "probes": [{"name": p.name, "module": p.module, "limit_s": p.limit_s, "spec": p.spec} for p in probes],
+            }
+            (Path(work) / "spec.json").write_text(json.dumps(spec))
+            error = None
+            server = _fork_server(self, first) if os.environ.get(FORK_SERVER_ENV, "1") != "0" else None
+            try:
+                if server is not None:
+                    code, tail = server.run(Path(work) / "spec.json", out, limit)
+                else:
+                    code, tail = self._run_child([str(RUNNER), str(Path(work) / "spec.json"), str(out)], tree,
+                                                 Path(work), limit)
+            except OSError as exc:
+                code, tail, error = None, "", f"cannot start the CPU probe runner ({self.python}): {exc}"
+            except subprocess.TimeoutExpired:
+                code, tail = None, ""
+                error = (f"the CPU probe runner for {tree.name} hung in {_last_phase(out)!r} "
+                         f"and was killed after {limit:.0f} s")
+            answers = {}
+            for probe in probes:
+                path = out / f"{probe.name}.json"
+                if path.is_file():
+                    try:
+                        answers[probe.name] = json.loads(path.read_text())
+                    except ValueError as exc:
+                        answers[probe.name] = {"ok": False, "error": f"unreadable answer: {exc}"}
+            runner = {}
+            if (out / "runner.json").is_file():
+                try:
+                    runner = json.loads((out / "runner.json").read_text())
+                except ValueError:
+                    runner = {}
+            if error is None and not runner.get("ok"):
+                if runner.get("error"):
+                    error = f"the CPU probe runner failed in {runner.get('phase')!r}: {runner['error']}"
+                else:
+                    error = f"the CPU probe runner exited {code} without a report: {tail}"
+            if runner.get("third_party"):
+                _remember_preload(self.python, runner.pop("third_party"))
+            if server is not None:
+                runner["fork_server"] = server.started
+        return ProbeRun(answers, runner, error, round(time.monotonic() - started, 2))
+
+    def _run_child(self, args: list[str], tree: Path, cwd: Path, timeout: float) -> tuple[int, str]:
+        """Run the child in its own session, so a timeout kills it and what it started."""
+        child_env = _child_env(tree)
+        process = subprocess.Popen([str(self.python), *args], env=child_env, cwd=cwd, stdout=subprocess.PIPE,
+                                   stderr=subprocess.STDOUT, text=True, start_new_session=True)
+        try:
+            output, _ = process.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            _kill_session(process)
+            raise
+        tail = " | ".join(line for line in (output or "").strip().splitlines()[-6:])
+        return process.returncode, tail[-800:]
+
+
+IMPORT_ALLOWANCE_S = 300  # preparing the box and importing sglang, on a loaded machine
+
+
+def _child_env(tree: Path | None) -> dict[str, str]:
+    child_env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "VIRTUAL_ENV"))}
+    child_env.update(
+        PYTHONPATH=os.pathsep.join([*([str(tree / "python")] if tree is not None else []), str(PROBES)]),
+        PYTHONDONTWRITEBYTECODE="1",  # the tree is a checkout; leave no __pycache__ in it
+        HF_HUB_OFFLINE="1",  # nothing is fetched from a hub: the probes build their own configs
+        TRANSFORMERS_OFFLINE="1",
+        TOKENIZERS_PARALLELISM="false",
+        PYTHONWARNINGS="ignore",
+    )
+    return child_env
+
+
+def _kill_session(process: subprocess.Popen) -> tuple[str, str]:
+    """Kill the process and its session; what it had written, (stdout, stderr)."""
+    try:
+        os.killpg(process.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        process.kill()
+    try:
+        stdout, stderr = process.communicate(timeout=30)
+        return stdout or "", stderr or ""
+    except subprocess.TimeoutExpired:
+        return "", ""
+
+
+def _last_phase(out: Path) -> str:
+    """The phase the runner said it started last (``runner.py`` appends one line per phase)."""
+    try:
+        lines = (out / "progress").read_text().strip().splitlines()
+    except OSError:
+        return "starting the interpreter"
+    return lines[-1].split(" ", 1)[-1] if lines else "starting the interpreter"
+
+
+def bytecode_cache_dir(python: Path) -> Path:
+    """Where the probes' content-keyed bytecode lives, per interpreter version."""
+    if BYTECODE_DIR is not None:
+        return BYTECODE_DIR
+    return cache.cache_root() / "pyc" / f"{_env_python_version(python.parent.parent)}-{BYTECODE_LAYOUT}"
+
+
+def code_digest(paths: list[Path]) -> str:
+    """A digest of the named files, of this module (how the child is started) and of every file of
+    the probes folder (the child side), by name and content (not by where the checkout is)."""
+    digest = hashlib.sha256()
+    files = [(f"probes/{p.relative_to(PROBES)}", p) for p in sorted(PROBES.rglob("*.py"))]
+    files += sorted((path.name, path) for path in {*paths, Path(__file__)})
+    for name, path in files:
+        digest.update(name.encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()
+
+
+@functools.lru_cache(maxsize=None)
+def _pin_overlay_specs(version: str, sha256: str, pin: Pin) -> tuple[str, ...]:
+    return tuple(sorted(f"{_canonical(r.name)}{r.specifier}" for r in pin_requirements(pin)
+                        if _canonical(r.name) in OVERLAY_PACKAGES))
+
+
+def env_fingerprint(pin: Pin) -> str:
+    """What the pin's CPU environment is made of: the base's requirements file and layout, the
+    Python it runs, and the pin's own requirements for the overlay packages. Computed without
+    building anything (the pin's metadata comes from its cached artifact)."""
+    base = cache.cache_root() / "pyenv" / f"base-{_base_digest()}"
+    parts = {
+        "requirements": hashlib.sha256(REQUIREMENTS.read_bytes()).hexdigest(),
+        "layout": BASE_LAYOUT,
+        "python": _env_python_version(base),
+        "overlay": list(_pin_overlay_specs(pin.version, pin.sha256, pin)),
+    }
+    return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()
+
+
+def _env_python_version(env: Path) -> str:
+    """The Python version a venv was made with (its pyvenv.cfg), else the one that would make it."""
+    try:
+        for line in (env / "pyvenv.cfg").read_text().splitlines():
+            key, _, value = line.partition("=")
+            if key.strip() in ("version", "version_info"):
+                return f"{platform.python_implementation().lower()}-{value.strip()}"
+    except OSError:
+        pass
+    return f"{platform.python_implementation().lower()}-{platform.python_version()}"
+
+
+# -- the fork server ------------------------------------------------------------------------------
+
+FORK_SERVER_START_S = 300  # preparing the box and importing the environment's packages
+
+
+class _ForkServer:
+    """``probes/zygote.py`` for one interpreter and import environment: the box prepared and the
+    environment's packages imported once, one forked child per ``run``. Lives until this process
+    exits (or its stdin closes); one request at a time."""
+
+    def __init__(self, python: Path, request: ProbeRequest):
+        self.work = tempfile.mkdtemp(prefix="sglpatch-fork-server-")
+        config = Path(self.work) / "config.json"
+        config.write_text(json.dumps({
+            "workdir": self.work, "import_env": dict(request.import_env), "arch": request.arch,
+            "preload": _preload_list(python),
+        }))
+        env = _child_env(None)
+        self.log = open(Path(self.work) / "server.log", "w")
+        self.process = subprocess.Popen([str(python), str(ZYGOTE), str(config)], env=env, cwd=self.work,
+                                        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log, text=True,
+                                        start_new_session=True)
+        self.lines: queue.Queue = queue.Queue()
+        threading.Thread(target=self._read, daemon=True).start()
+        self.lock = threading.Lock()
+        ready = self._next(FORK_SERVER_START_S, "start")
+        if "ready" not in ready:
+            raise OSError(f"the fork server did not start: {ready}")
+        self.started = {"seconds": ready["ready"], "preloaded": ready["preloaded"]}
+
+    def _read(self) -> None:
+        for line in self.process.stdout:
+            try:
+                self.lines.put(json.loads(line))
+            except ValueError:
+                continue
+        self.lines.put(None)
+
+    def _next(self, timeout: float, what: str) -> dict:
+        try:
+            message = self.lines.get(timeout=timeout)
+        except queue.Empty:
+            raise subprocess.TimeoutExpired(str(ZYGOTE), timeout) from None
+        if message is None:
+            self.log.flush()
+            tail = " | ".join(Path(self.log.name).read_text().strip().splitlines()[-6:])[-800:]
+            raise OSError(f"the fork server ended ({what}): {tail}")
+        return message
+
+    def alive(self) -> bool:
+        return self.process.poll() is None
+
+    def run(self, spec: Path, out: Path, timeout: float) -> tuple[int | None, str]:
+        log = out / "child.log"
+        with self.lock:
+            self.process.stdin.write(json.dumps({"spec": str(spec), "out": str(out), "log": str(log)}) + "\n")
+            self.process.stdin.flush()
+            pid = self._next(60, "fork")["pid"]
+            try:
+                code = self._next(timeout, "run")["exit"]
+            except subprocess.TimeoutExpired:
+                try:
+                    os.killpg(pid, signal.SIGKILL)
+                except (ProcessLookupError, PermissionError):
+                    pass
+                self._next(60, "kill")
+                raise
+        tail = ""
+        if log.is_file():
+            tail = " | ".join(log.read_text(errors="replace").strip().splitlines()[-6:])[-800:]
+        return code, tail
+
+    def close(self) -> None:
+        try:
+            self.process.stdin.close()
+            self.process.wait(timeout=10)
+        except (OSError, subprocess.TimeoutExpired):
+            _kill_session(self.process)
+        self.log.close()
+        shutil.rmtree(self.work, ignore_errors=True)
+
+
+_FORK_SERVERS: dict[tuple, _ForkServer] = {}  # in order of last use
+MAX_FORK_SERVERS = 3  # each holds an imported torch and transformers (about 0.5 GB)
+
+
+def _fork_server(python: "CpuPython", request: ProbeRequest) -> _ForkServer | None:
+    """The running fork server for this interpreter and import environment, started on first
+    use; None where it cannot start (the probes then run in a fresh interpreter)."""
+    key = (str(python.python), request.environment())
+    server = _FORK_SERVERS.pop(key, None)
+    if server is None or not server.alive():
+        if server is not None:
+            server.close()
+        while len(_FORK_SERVERS) >= MAX_FORK_SERVERS:
+            _FORK_SERVERS.pop(next(iter(_FORK_SERVERS))).close()
+        try:
+            server = _ForkServer(python.python, request)
+        except (OSError, subprocess.TimeoutExpired):
+            return None
+    _FORK_SERVERS[key] = server
+    return server
+
+
+@atexit.register
+def _close_fork_servers() -> None:
+    for server in _FORK_SERVERS.values():
+        server.close()
+    _FORK_SERVERS.clear()
+
+
+def _preload_file(python: Path) -> Path:
+    return bytecode_cache_dir(python) / f"preload-{hashlib.sha256(str(python).encode()).hexdigest()[:16]}.json"
+
+
+def _preload_list(python: Path) -> list[str]:
+    try:
+        return list(json.loads(_preload_file(python).read_text()))
+    except (OSError, ValueError):
+        return ["torch", "transformers", "triton"]
+
+
+def _remember_preload(python: Path, modules: list[str]) -> None:
+    """Keep the union of what children imported from site-packages, in import order, for the
+    next fork server of this interpreter."""
+    known = _preload_list(python)
+    new = [m for m in modules if m not in set(known)]
+    if not new:
+        return
+    path = _preload_file(python)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".preload-", suffix=".tmp")
+    with os.fdopen(fd, "w") as handle:
+        json.dump(known + new, handle)
+    os.replace(tmp, path)
 
 
 def cpu_python(pin: Pin, index: str | None = None) -> CpuPython:
@@ -124,9 +491,12 @@ def overlay_requirements(pin: Pin, index: str | None, base_versions: dict[str, s
 # -- building -----------------------------------------------------------------------------------
 
 
+def _base_digest() -> str:
+    return hashlib.sha256(REQUIREMENTS.read_bytes() + BASE_LAYOUT.encode()).hexdigest()[:16]
+
+
 def _base_env() -> Path:
-    digest = hashlib.sha256(REQUIREMENTS.read_bytes() + BASE_LAYOUT.encode()).hexdigest()[:16]
-    path = cache.cache_root() / "pyenv" / f"base-{digest}"
+    path = cache.cache_root() / "pyenv" / f"base-{_base_digest()}"
 
     def build(staging: Path) -> None:
         _make_venv(staging)

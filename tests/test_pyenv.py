@@ -7,6 +7,7 @@ import json
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -52,10 +53,11 @@ def test_stand_ins_replace_only_what_cannot_be_imported(tmp_path):
     assert "stand-in" in answer["called"]
 
 
-def test_a_partial_stand_in_keeps_other_submodules_missing(tmp_path):
+def test_a_named_stand_in_has_exactly_the_listed_names(tmp_path):
     answer = _probe(tmp_path, """
-        import json, standins
-        stood_in = standins.install(partial={"sglpatch_gpu_kernels": ["sglpatch_gpu_kernels.kvcacheio"]})
+        import importlib.util, json, standins
+        stood_in = standins.install(names={"sglpatch_gpu_kernels": ["gemm"],
+                                           "sglpatch_gpu_kernels.kvcacheio": ["transfer"]})
         import sglpatch_gpu_kernels
         from sglpatch_gpu_kernels.kvcacheio import transfer
         try:
@@ -63,13 +65,50 @@ def test_a_partial_stand_in_keeps_other_submodules_missing(tmp_path):
             flash = "imported"
         except ImportError:
             flash = "missing"
-        print(json.dumps({"stood_in": stood_in, "flash": flash, "has_attr": hasattr(sglpatch_gpu_kernels, "gemm")}))
+        try:
+            from sglpatch_gpu_kernels import fused_moe
+            unlisted = "imported"
+        except ImportError:
+            unlisted = "missing"
+        standins.reset_calls()
+        transfer(1, 2)
+        print(json.dumps({"stood_in": stood_in, "flash": flash, "unlisted": unlisted,
+                          "has_gemm": hasattr(sglpatch_gpu_kernels, "gemm"),
+                          "has_other": hasattr(sglpatch_gpu_kernels, "other"),
+                          "find_spec": importlib.util.find_spec("sglpatch_gpu_kernels") is not None,
+                          "called": standins.calls()}))
     """)
     assert answer == {
-        "stood_in": ["sglpatch_gpu_kernels(sglpatch_gpu_kernels.kvcacheio only)"],
+        "stood_in": ["sglpatch_gpu_kernels (named: 2 names in 2 modules)"],
         "flash": "missing",
-        "has_attr": False,
+        "unlisted": "missing",
+        "has_gemm": True,
+        "has_other": False,
+        "find_spec": True,
+        "called": ["sglpatch_gpu_kernels.kvcacheio.transfer"],
     }
+
+
+def test_the_bytecode_cache_is_keyed_on_content_and_names_the_right_file(tmp_path):
+    for tree in ("a", "b"):
+        package = tmp_path / tree / "python" / "pkg"
+        package.mkdir(parents=True)
+        (package / "__init__.py").write_text("import inspect\n\ndef where():\n    return inspect.getsourcefile(where)\n")
+    cache = tmp_path / "pyc"
+    seen = []
+    for tree in ("a", "b"):
+        answer = _probe(tmp_path, f"""
+            import json, sys, bytecode
+            stats = bytecode.install({str(tmp_path / tree / "python")!r}, {str(cache)!r})
+            sys.path.insert(0, {str(tmp_path / tree / "python")!r})
+            import pkg
+            print(json.dumps({{"stats": stats, "file": pkg.where()}}))
+        """)
+        seen.append(answer)
+    assert seen[0]["stats"] == {"hit": 0, "miss": 1}
+    assert seen[1]["stats"] == {"hit": 1, "miss": 0}  # same content at another path: compiled once
+    assert seen[1]["file"] == str(tmp_path / "b" / "python" / "pkg" / "__init__.py")
+    assert not list((tmp_path / "a").rglob("__pycache__")), "the tree got a __pycache__"
 
 
 @pytest.mark.network
@@ -79,7 +118,7 @@ def test_each_pin_gets_the_transformers_its_own_metadata_pins():
         python = pyenv.cpu_python(pin)
         done = subprocess.run(
             [str(python.python), "-c", "import transformers, torch; print(transformers.__version__, torch.__version__)"],
-            capture_output=True, text=True, check=True,
+            capture_output=True, text=True, check=True, timeout=300,
         )
         transformers_version, torch_version = done.stdout.split()
         assert wanted["transformers"] == f"=={transformers_version}", pin.version
@@ -92,14 +131,19 @@ def test_hip_emulation_makes_torch_report_the_chosen_amd_gpu(tmp_path):
     answer = _probe(tmp_path, """
         import json, subprocess, hip_emulation, torch
         hip_emulation.emulate()
+        import triton
         mi355x = (torch.version.hip is not None, torch.cuda.is_available(), torch.cuda.get_device_capability(),
                   torch.cuda.get_device_properties(0).gcnArchName)
+        target = triton.runtime.driver.active.get_current_target()
         hip_emulation.set_arch(hip_emulation.MI300X)
         rocminfo = subprocess.run(["rocminfo"], capture_output=True, text=True).stdout
         print(json.dumps({"mi355x": mi355x, "mi300x": torch.cuda.get_device_capability(),
-                          "rocminfo": rocminfo.count("gfx942")}))
+                          "rocminfo": rocminfo.count("gfx942"),
+                          "triton": [target.backend, target.arch, target.warp_size],
+                          "triton_after": triton.runtime.driver.active.get_current_target().arch}))
     """, python=str(python.python))
-    assert answer == {"mi355x": [True, True, [9, 5], "gfx950:sramecc+:xnack-"], "mi300x": [9, 4], "rocminfo": 8}
+    assert answer == {"mi355x": [True, True, [9, 5], "gfx950:sramecc+:xnack-"], "mi300x": [9, 4], "rocminfo": 8,
+                      "triton": ["hip", "gfx950", 64], "triton_after": "gfx942"}
 
 
 def test_a_failed_environment_build_is_unavailable_and_leaves_nothing(tmp_path, monkeypatch):
@@ -112,3 +156,15 @@ def test_a_failed_environment_build_is_unavailable_and_leaves_nothing(tmp_path, 
     with pytest.raises(pyenv.EnvUnavailable, match="CPU witness environment \\(base\\): pip failed"):
         pyenv._base_env()
     assert not [p for p in (tmp_path / "cache" / "pyenv").glob("base-*") if p.is_dir()], "a half-built environment was left"
+
+
+def test_a_probe_script_that_hangs_is_killed_and_the_result_names_it(tmp_path):
+    python = pyenv.CpuPython(Path(sys.executable))
+    script = tmp_path / "hangs.py"
+    script.write_text("import subprocess, sys, time\nsubprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)'])\n"
+                      "print('started', flush=True)\ntime.sleep(600)\n")
+    started = time.monotonic()
+    run = python.run([str(script)], tree=tmp_path, timeout=3)
+    assert time.monotonic() - started < 40
+    assert run.returncode == 124 and "started" in run.stdout
+    assert run.stderr.strip().endswith(f"hangs.py hung in the CPU Python of {tmp_path.name}: killed after 3 s")

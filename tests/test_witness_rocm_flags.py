@@ -10,12 +10,11 @@ import pytest
 
 from conftest import REAL_PINS as PINS
 from conftest import apply_rendition, pristine_subtree
-from sglpatch.witnesses import BUG, CLEAN
+from sglpatch.witnesses import BUG, CLEAN, UNAVAILABLE
 from sglpatch.witnesses import rocm_flags
 
 PATCH = "0003-amd-glm5-mi355x-aiter-allreduce-fusion-fp8-kv-default"
 
-pytestmark = pytest.mark.network
 
 
 def _pristine_tree(pin, dest: Path) -> Path:
@@ -26,6 +25,7 @@ def _patched(tree: Path, version: str) -> Path:
     return apply_rendition(tree, PATCH, version)
 
 
+@pytest.mark.network
 @pytest.mark.parametrize("version", [pin.version for pin in PINS.pins])
 def test_pristine_pin_misses_the_defaults_or_hides_the_inert_fusion(version, tmp_path):
     pin = PINS.select([version])[0]
@@ -37,6 +37,7 @@ def test_pristine_pin_misses_the_defaults_or_hides_the_inert_fusion(version, tmp
     assert "profile: silent" in result.detail
 
 
+@pytest.mark.network
 @pytest.mark.parametrize("version", [pin.version for pin in PINS.pins])
 def test_patched_pin_defaults_fusion_and_fp8_and_names_every_inert_gate(version, tmp_path):
     pin = PINS.select([version])[0]
@@ -45,6 +46,7 @@ def test_patched_pin_defaults_fusion_and_fp8_and_names_every_inert_gate(version,
     assert result.state == CLEAN, result
 
 
+@pytest.mark.network
 def test_resolve_server_args_reports_depth_normalisation_and_rejected_argv(tmp_path):
     pin = PINS.select(["0.5.23"])[0]
     depth3 = ["--speculative-num-steps", "3", "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "6"]
@@ -79,3 +81,82 @@ def test_profile_argv_edits_drop_and_override_the_profiles_flags():
     # argparse keeps the last value, so the scenario's --tp-size wins over the profile's.
     assert argv[len(argv) - 1 - argv[::-1].index("--tp-size") + 1] == "6"
     assert "--enable-aiter-allreduce-fusion" in argv and argv[argv.index("--device") + 1] == "cuda"
+
+
+# -- the stand-ins change nothing judged -----------------------------------------------------------
+
+
+@pytest.mark.network
+@pytest.mark.parametrize("patched", [False, True], ids=["pristine", "patched"])
+@pytest.mark.parametrize("version", [pin.version for pin in PINS.pins])
+def test_the_judged_resolution_reads_nothing_from_the_stand_ins(version, patched, tmp_path):
+    """sgl_kernel and aiter are stood in by name. While the witness's scenarios resolve, sglang's
+    code reads no attribute of them (present or absent: no hasattr probe, no version check) and
+    calls none, so the judged values are as sglang computes them; the one read besides
+    ``from m import name`` is the ``aiter.QuantType`` enum, taken as a constant at the top level
+    of fp8_utils when a scenario first imports it."""
+    from sglpatch import pyenv
+
+    pin = PINS.select([version])[0]
+    tree = _pristine_tree(pin, tmp_path / "tree")
+    if patched:
+        _patched(tree, version)
+    request = rocm_flags.probe_request(rocm_flags.load_profile(rocm_flags.PROFILE), rocm_flags.SCENARIOS, tmp_path)
+    run = pyenv.cpu_python(pin).run_probes(tree, [request])
+    assert run.failure(rocm_flags.PROBE) is None, run.failure(rocm_flags.PROBE)
+    answer = run.answers[rocm_flags.PROBE]
+    print(f"{version}: {answer['standins']}; feature probes {answer['feature_probes']}; "
+          f"read at import {run.runner['standin_reads_at_import']}")
+    assert any(s.startswith("aiter (named") for s in answer["standins"])
+    assert set(answer["scenarios"]) == set(rocm_flags.SCENARIOS)
+    assert answer["standins_called"] == []
+    for read in [*answer["standin_reads"], *run.runner["standin_reads_at_import"]]:
+        assert read.startswith("aiter.QuantType (read at ") and read.endswith(", module level)"), read
+
+
+# -- the decision rule, on hand-made probe answers: behaviour, whatever the words ------------------
+
+
+def _scenario(fusion=True, kv="fp8_e4m3", records=(), prefill=True) -> dict:
+    return {"error": None, "enable_aiter_allreduce_fusion": fusion, "disable_aiter_allreduce_fusion_in_prefill": prefill,
+            "kv_cache_dtype": kv, "log_records": [{"level": lvl, "logger": "sglang.srt.server_args", "message": m}
+                                                 for lvl, m in records], "warnings": []}
+
+
+def _fixed(words: str = "{flag}: it cannot engage here") -> dict:
+    """Resolved scenarios as a fixed release would give them, its warning worded by ``words``."""
+    warn = [("WARNING", words.format(flag="--enable-aiter-allreduce-fusion"))]
+    return {"profile": _scenario(records=warn), "defaults": _scenario(records=warn), "custom-all-reduce": _scenario(),
+            "no-SGLANG_USE_AITER": _scenario(kv=None, records=warn), "dp-attention": _scenario(kv=None, records=warn),
+            "tp6": _scenario(kv=None, records=warn), "user-bf16": _scenario(kv="bfloat16"), "gfx942": _scenario(kv="bfloat16")}
+
+
+@pytest.mark.parametrize("words", [
+    "{flag} has no effect: --disable-custom-all-reduce is set. The unfused all-reduce is used.",  # 0003's
+    "ignoring {flag} (no custom all-reduce communicator)",
+    "enable_aiter_allreduce_fusion=True will not take effect on this configuration",
+])
+def test_a_warning_naming_the_flag_in_any_words_is_enough(words):
+    resolved = _fixed(words)
+    assert rocm_flags.check(resolved) == []
+    assert rocm_flags.judge({"scenarios": resolved, "seconds": 1.0}).state == CLEAN
+
+
+def test_a_warning_that_does_not_name_the_flag_or_is_not_a_warning_is_silence():
+    for records in ([("WARNING", "the all-reduce fusion cannot run")], [("INFO", "--enable-aiter-allreduce-fusion is inert")]):
+        resolved = _fixed()
+        resolved["profile"] = _scenario(records=records)
+        problems = rocm_flags.check(resolved)
+        assert [name for name, _ in problems] == ["profile"] and "silent" in problems[0][1], problems
+
+
+def test_a_warning_where_every_gate_is_open_is_a_bug():
+    resolved = _fixed()
+    resolved["custom-all-reduce"] = _scenario(records=[("WARNING", "--enable-aiter-allreduce-fusion has no effect")])
+    assert [name for name, _ in rocm_flags.check(resolved)] == ["custom-all-reduce"]
+
+
+def test_a_scenario_the_probe_did_not_answer_is_unavailable_not_clean():
+    resolved = _fixed()
+    del resolved["tp6"]
+    assert rocm_flags.judge({"scenarios": resolved}).state == UNAVAILABLE

@@ -20,8 +20,10 @@ def run(project, args) -> int:
     rewrite = add_mtp_aliases(args.checkpoint)
     if not rewrite.added:
         say(args, f"{rewrite.path}: nothing to add; the MTP exclude entries already have decoder names")
-        return exitcodes.OK
-    for alias in rewrite.added:
-        say(args, f"added {alias}")
-    say(args, f"{rewrite.path}: {len(rewrite.added)} entries added; original kept in {rewrite.backup}")
+    else:
+        for alias in rewrite.added:
+            say(args, f"added {alias}")
+        say(args, f"{rewrite.path}: {len(rewrite.added)} entries added; original kept in {rewrite.backup}")
+    for limit in rewrite.limits:
+        say(args, f"note: {limit}")
     return exitcodes.OK

@@ -7,16 +7,36 @@ tree (upstream layout, ``python/sglang/...``) of one pin and answers with a ``Wi
 - ``clean``: the check passes -- the bug is not there;
 - ``unavailable``: the check could not run here, with the reason (never silently a pass).
 
-Results are cached by the tree's git hash and the witness's version: the same tree always gets the
-same answer, so a warm ``apply`` runs nothing.
+The protocol (``Witness``): ``name``, ``version``, ``run(tree, pin)``, and what its answer
+depends on besides the tree, ``fingerprint(pin) -> str`` (its code and probes, the environment
+it runs in: the CPU Python's requirements, Python version and the pin's overlay, or the
+toolchain). Optionally ``levels`` (the levels it can run at, strongest first, as its results'
+``level`` starts) with ``available_level(pin)`` (the strongest it can run at here now).
+
+Answers are cached (``run_cached``, ``run_cached_many``) by witness name, fingerprint, pin and
+tree hash, with the level that ran; an answer is reused only when nothing it depends on changed
+and no stronger level has become available. ``unavailable`` is never cached.
+
+Witnesses that run a probe in the pin's CPU Python (``ProbeWitness``: ``probe_request(pin)``
+and ``judge_probe(answer, pin)``) share one child process per tree through
+``run_cached_many``, which imports the tree's sglang once for all of them. Callers with more
+than one witness for a tree (``apply``, the matrix) should call::
+
+    results = run_cached_many(witnesses, tree_hash, pin, materialize)   # {name: WitnessResult}
+
+``materialize`` is called at most once, and only when some witness must really run.
 """
 
 from __future__ import annotations
 
+import hashlib
+import inspect
 import json
+import os
+import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import Callable, Protocol
 
 from sglpatch import cache
 from sglpatch.errors import SglpatchError
@@ -25,6 +45,7 @@ from sglpatch.pins import Pin
 BUG = "bug"
 CLEAN = "clean"
 UNAVAILABLE = "unavailable"
+CACHE_LAYOUT = "2"  # bump when the entry's format or key changes
 
 
 @dataclass(frozen=True)
@@ -44,6 +65,16 @@ class Witness(Protocol):
     version: str  # bump when the check changes, so cached answers are not reused
 
     def run(self, tree: Path, pin: Pin) -> WitnessResult: ...
+
+
+class ProbeWitness(Protocol):
+    """A witness whose check is a probe in the pin's CPU Python (``sglpatch.pyenv``)."""
+
+    name: str
+
+    def probe_request(self, pin: Pin): ...  # -> pyenv.ProbeRequest
+
+    def judge_probe(self, answer: dict | None, failure: str | None, pin: Pin) -> WitnessResult: ...
 
 
 def registry() -> dict[str, Witness]:
@@ -66,22 +97,165 @@ def witness_for(trailer: str | None, where: str) -> Witness | None:
     return known[name]
 
 
-def run_cached(witness: Witness, tree_hash: str, pin: Pin, materialize) -> WitnessResult:
+# -- what an answer depends on --------------------------------------------------------------
+
+
+def fingerprint(witness: Witness, pin: Pin) -> str:
+    """The witness's own ``fingerprint(pin)``; for a witness without one, a digest of the file
+    that defines its class and its ``version`` (a change to either re-runs it)."""
+    own = getattr(witness, "fingerprint", None)
+    if callable(own):
+        return str(own(pin))
+    digest = hashlib.sha256(f"{witness.name}\0{getattr(witness, 'version', '')}\0".encode())
+    try:
+        digest.update(Path(inspect.getfile(type(witness))).read_bytes())
+    except (OSError, TypeError):
+        digest.update(type(witness).__qualname__.encode())
+    return digest.hexdigest()
+
+
+def _level_rank(witness: Witness, level: str) -> int | None:
+    levels = getattr(witness, "levels", None)
+    if not levels:
+        return None
+    for rank, name in enumerate(levels):
+        if level == name or level.startswith(name + " "):
+            return rank
+    return None
+
+
+def _weaker_than_available(witness: Witness, level: str, pin: Pin) -> bool:
+    available = getattr(witness, "available_level", None)
+    if not callable(available):
+        return False
+    now = available(pin)
+    if now is None:
+        return False
+    cached_rank, now_rank = _level_rank(witness, level), _level_rank(witness, now)
+    if now_rank is None:
+        return False
+    return cached_rank is None or cached_rank > now_rank
+
+
+def _entry(witness: Witness, tree_hash: str, pin: Pin, print_: str) -> Path:
+    key = hashlib.sha256(f"{CACHE_LAYOUT}\0{witness.name}\0{print_}\0{pin.version}\0{tree_hash}".encode()).hexdigest()
+    return cache.cache_root() / "witness" / witness.name / f"{pin.version}-{tree_hash}-{key[:16]}.json"
+
+
+def _load(entry: Path, witness: Witness, pin: Pin) -> WitnessResult | None:
+    try:
+        stored = json.loads(entry.read_text())
+        result = WitnessResult(**stored["result"])
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError, TypeError, KeyError):
+        return None  # damaged: run again and overwrite
+    if result.state == UNAVAILABLE or _weaker_than_available(witness, result.level, pin):
+        return None
+    return result
+
+
+def _store(entry: Path, result: WitnessResult, print_: str) -> None:
+    if result.state == UNAVAILABLE:
+        return  # the next run may be able to check
+    entry.parent.mkdir(parents=True, exist_ok=True)
+    data = json.dumps({"result": asdict(result), "level": result.level, "fingerprint": print_}, indent=1)
+    fd, tmp = tempfile.mkstemp(dir=entry.parent, prefix=f".{entry.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as handle:
+            handle.write(data)
+        os.replace(tmp, entry)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+# -- running ------------------------------------------------------------------------------------
+
+
+def run_cached(witness: Witness, tree_hash: str, pin: Pin, materialize: Callable[[], Path]) -> WitnessResult:
     """The witness's answer for the tree with git hash ``tree_hash``; runs it only when not cached.
 
-    ``materialize`` is called to get the tree on disk only when the witness must really run.
-    Unavailable answers are not cached: the next run may have the toolchain.
-    """
-    entry = cache.cache_root() / "witness" / f"{witness.name}-{witness.version}" / f"{pin.version}-{tree_hash}.json"
-    if entry.exists():
-        try:
-            return WitnessResult(**json.loads(entry.read_text()))
-        except (ValueError, TypeError):
-            entry.unlink()
-    result = witness.run(materialize(), pin)
-    if result.state != UNAVAILABLE:
-        entry.parent.mkdir(parents=True, exist_ok=True)
-        tmp = entry.with_suffix(".tmp")
-        tmp.write_text(json.dumps(asdict(result)))
-        tmp.replace(entry)
-    return result
+    ``materialize`` is called to get the tree on disk only when the witness must really run."""
+    return run_cached_many([witness], tree_hash, pin, materialize)[witness.name]
+
+
+def run_cached_many(
+    witnesses: list[Witness], tree_hash: str, pin: Pin, materialize: Callable[[], Path]
+) -> dict[str, WitnessResult]:
+    """Every witness's answer for one tree, by name, in the order given; cached ones are reused,
+    the CPU-probe witnesses among the rest run together in one child process (one sglang
+    import), the others one by one. ``materialize`` is called at most once."""
+    results: dict[str, WitnessResult] = {}
+    pending: list[tuple[Witness, Path, str]] = []
+    for witness in witnesses:
+        print_ = fingerprint(witness, pin)
+        entry = _entry(witness, tree_hash, pin, print_)
+        cached = _load(entry, witness, pin)
+        if cached is not None:
+            results[witness.name] = cached
+        else:
+            pending.append((witness, entry, print_))
+    if pending:
+        tree = materialize()
+        probing = [w for w, _, _ in pending if is_probe_witness(w)]
+        fresh = run_probe_witnesses(probing, tree, pin) if probing else {}
+        for witness, entry, print_ in pending:
+            result = fresh.get(witness.name)
+            if result is None:
+                result = _run_one(witness, tree, pin)
+            _store(entry, result, print_)
+            results[witness.name] = result
+    return {witness.name: results[witness.name] for witness in witnesses}
+
+
+def doubles_used(answer: dict) -> str:
+    """The test doubles a CPU probe's answer rests on, in a few words for a witness's detail."""
+    standins = ", ".join(s.split(" (")[0] for s in answer.get("standins") or []) or "none"
+    called = sorted({c for case in (answer.get("cases") or {}).values() for c in case.get("standins_called") or []}
+                    | set(answer.get("standins_called") or []))
+    gpu = str(answer.get("emulated_gpu") or "?").split(":")[0]
+    return f"doubles: emulated {gpu} node; stand-ins {standins}; called: {', '.join(called) or 'none'}"
+
+
+def is_probe_witness(witness: Witness) -> bool:
+    return callable(getattr(witness, "probe_request", None)) and callable(getattr(witness, "judge_probe", None))
+
+
+def _run_one(witness: Witness, tree: Path, pin: Pin) -> WitnessResult:
+    """``witness.run``, with a refusal of the environment turned into its answer."""
+    from sglpatch.errors import Unavailable
+
+    try:
+        return witness.run(tree, pin)
+    except Unavailable as exc:
+        return WitnessResult(witness.name, UNAVAILABLE, detail=str(exc)[:1000])
+
+
+def run_probe_witnesses(witnesses: list, tree: Path, pin: Pin) -> dict[str, WitnessResult]:
+    """Run CPU-probe witnesses on one tree, uncached: those that share an import environment in
+    one child process. Every witness gets an answer; what could not run is ``unavailable``."""
+    from sglpatch import pyenv
+    from sglpatch.errors import Unavailable
+
+    results: dict[str, WitnessResult] = {}
+    try:
+        python = pyenv.cpu_python(pin)
+    except Unavailable as exc:
+        return {w.name: WitnessResult(w.name, UNAVAILABLE, detail=f"CPU environment: {exc}"[:1000]) for w in witnesses}
+    groups: dict[tuple, list] = {}
+    requests = {}
+    for witness in witnesses:
+        request = witness.probe_request(pin)
+        requests[witness.name] = request
+        groups.setdefault(request.environment(), []).append(witness)
+    for group in groups.values():
+        run = python.run_probes(tree, [requests[w.name] for w in group])
+        for witness in group:
+            name = requests[witness.name].name
+            failure = run.failure(name)
+            answer = run.answers.get(name)
+            if answer is not None:
+                answer.setdefault("runner", run.runner)
+            results[witness.name] = witness.judge_probe(None if failure else answer, failure, pin)
+    return results

@@ -6,44 +6,84 @@ under the checkpoint's names, ``model.layers.{num_hidden_layers}.*`` for the MTP
 builds that layer as ``model.decoder.*`` (and ``model.eh_proj`` ...), so without the fix the
 exclusion misses and the bf16 shared expert gets a half-width MXFP4 slot.
 
-The check runs ``probes/mtp_probe.py`` once per tree in the pin's CPU Python
-(``sglpatch.pyenv``): sglang's own Quark config, draft class and layers, with tiny safetensors
+The check runs ``probes/mtp_probe.py`` in the pin's CPU Python (``sglpatch.pyenv``), in the one
+child process per tree that all CPU witnesses share: sglang's own server args (the launch
+profile, TP 1), model config, loader and draft class build the whole MTP draft for tiny
 checkpoints that keep the MTP shared expert and ``eh_proj`` bf16, spelled three ways (fused
 ``gate_up_proj`` names, the unfused ``gate_proj``/``up_proj`` names Quark writes, ``re:``
-patterns). The answer is
+patterns), plus a control with nothing excluded; each module is found under whatever prefix
+sglang built it at, and the checkpoint's tensors go through the draft's own ``load_weights``.
+The answer is
 
-- ``bug`` when, for any spelling, an excluded module gets MXFP4 or its bf16 tensor does not load
-  exactly (shape mismatch, or a silent narrowing cast), or the draft fuses the excluded shared
-  expert into the MXFP4 routed experts on the emulated gfx950;
+- ``bug`` when, for any spelling, an excluded module gets MXFP4 (or is fused into the MXFP4
+  routed experts by the draft's own shared-expert fusion on the emulated gfx950), or its bf16
+  tensor does not load exactly (refused, narrowed, not loaded, or other values);
 - ``clean`` when every excluded module is unquantized and loads exactly for every spelling;
-- ``unavailable`` when the CPU environment cannot be built or the probe cannot tell (a control
-  that must stay quantized did not, or the probe failed), with the reason.
+- ``unavailable`` when the CPU environment cannot be had, the probe failed or hung (the phase
+  it was in is named), a module the check needs is not in the built draft, or a control that
+  must stay quantized did not: the probe cannot tell.
 
-``resolve_mtp_modules`` is the same probe for any checkpoint folder (the test matrix's load cell).
+Doubles (named in each answer): the GPU (HIP torch and triton reporting an 8x MI355X node), the
+GPU-only packages (``probes/rocm_box.py``: named stand-ins for sgl_kernel, aiter, cuda-python;
+torchvision), the draft built on the host (the emulated GPU holds no tensors) in a one-rank gloo
+process group, and no ``process_weights_after_loading`` (GPU kernel layouts).
+
+``resolve_mtp_modules`` is the same probe for any checkpoint folder (the test matrix's load cell);
+``resolve_mtp_cases`` for several.
 """
 
 from __future__ import annotations
 
-import json
-import tempfile
 from pathlib import Path
 
+from sglpatch import pyenv
 from sglpatch.errors import SglpatchError
 from sglpatch.pins import Pin
+from sglpatch.profile import load_profile
 from sglpatch.witnesses import BUG, CLEAN, UNAVAILABLE, WitnessResult
 
+PROBE = "mtp"
 PROBE_MODULE = "mtp_probe"
-PROBE_TIMEOUT_S = 300
+PROBE_LIMIT_S = 240
+PROFILE = "glm-5.2-mxfp4-mi355x"
 EXCLUDED_SPELLINGS = ("fused", "unfused", "regex")
 CONTROL_SPELLING = "none"
-# The modules each spelling keeps bf16; eh_proj only where the release builds it quantizable.
+# The modules each spelling keeps bf16, and the control that is never excluded.
 EXCLUDED_MODULES = ("shared_experts.gate_up_proj", "shared_experts.down_proj", "eh_proj")
 SHARED_EXPERT = ("shared_experts.gate_up_proj", "shared_experts.down_proj")
 CONTROL_MODULE = "self_attn.o_proj"
+CHECKED_MODULES = (*EXCLUDED_MODULES, CONTROL_MODULE)
+# What the model registry is asked for: the GLM-5 target and the draft class names ModelConfig
+# gives it across the releases (``GlmMoeDsaForCausalLMNextN``, ``DeepseekV3ForCausalLMNextN``).
+REGISTRY_ARCHS = ("GlmMoeDsaForCausalLM", "DeepseekV3ForCausalLMNextN")
 
 
 class ProbeFailed(SglpatchError):
     """The probe ran but gave no answer; the message has its error."""
+
+
+def probe_request(pin: Pin, cases: dict[str, Path] | None = None):
+    """The MTP probe for ``pyenv.CpuPython.run_probes``: the launch profile's server flags at
+    TP 1 with the case's checkpoint as the model, under the profile's environment."""
+    from sglpatch.witnesses import rocm_flags
+
+    profile = load_profile(PROFILE)
+    argv = rocm_flags.profile_argv(profile, "{model}", ["--tp-size", "1"])
+    spec = {"argv": argv, "cases": {name: str(Path(folder).resolve()) for name, folder in cases.items()} if cases else None}
+    return pyenv.ProbeRequest(PROBE, PROBE_MODULE, spec, PROBE_LIMIT_S, import_env=rocm_flags.import_env(profile),
+                              registry_archs=REGISTRY_ARCHS)
+
+
+def resolve_mtp_cases(tree: Path, pin: Pin, cases: dict[str, Path]) -> dict:
+    """What the pin's sglang builds for the MTP draft of each checkpoint folder in ``cases``
+    (name -> folder holding ``config.json`` with a Quark ``quantization_config`` and
+    ``*.safetensors``); the answer as ``resolve_mtp_modules`` describes it."""
+    python = pyenv.cpu_python(pin)
+    run = python.run_probes(tree, [probe_request(pin, cases)])
+    failure = run.failure(PROBE)
+    if failure:
+        raise ProbeFailed(f"the MTP probe on {pin.version}: {failure}"[:2000])
+    return _flatten(run.answers[PROBE], run.runner)
 
 
 def resolve_mtp_modules(tree: Path, pin: Pin, *, checkpoint: Path | None = None) -> dict:
@@ -56,53 +96,67 @@ def resolve_mtp_modules(tree: Path, pin: Pin, *, checkpoint: Path | None = None)
     ``checkpoint``. The answer::
 
         {"sglang": ..., "draft_class": "GlmMoeDsaForCausalLMNextN", "emulated_gpu": "gfx950:...",
-         "standins": [...], "import_s": 12.3, "total_s": 14.0,
+         "standins": [...], "import_s": 4.1, "total_s": 9.0,
          "cases": {case: {"draft_prefix": "model", "draft_quant_config": "QuarkConfig" | None,
-                          "exclude": [...], "draft_fusion": "on" | "off" | "unknown (...)",
+                          "draft_class": ..., "exclude": [...], "draft_fusion": "on" | "off" | "unavailable: ...",
+                          "standins_called": [...], "missing": [],
                           "modules": {"shared_experts.gate_up_proj": {
                               "prefix": "model.decoder.mlp.shared_experts.gate_up_proj",
+                              "module": "model.decoder.mlp.shared_experts.gate_up_proj",
                               "checkpoint_names": [...], "quant_method": "UnquantizedLinearMethod",
                               "unquantized": True, "load": "ok", "load_detail": "..."}, ...}}}}
 
-    ``load`` is ``ok`` (loaded exactly), ``shape-mismatch`` (the weight loader refused it),
-    ``silent-wrong`` (loaded without error into a narrower or other-typed parameter),
-    ``wrong-values``, or ``absent`` (no tensor for it in the checkpoint). A case whose draft could
-    not be built has ``error`` instead. Raises ``sglpatch.pyenv.EnvUnavailable`` when the pin's CPU
-    environment cannot be built and ``ProbeFailed`` when the probe gives no answer.
+    ``prefix`` is what sglang asked the quant config about (the module's path where no quant
+    config was asked); ``load`` is ``ok`` (loaded exactly), ``shape-mismatch`` (the loader refused
+    a tensor its parameter cannot hold), ``silent-wrong`` (loaded without error into a narrower or
+    other-typed parameter), ``not-loaded``, ``wrong-values``, ``fused`` (the draft built the module
+    into its routed experts: ``fused_into`` names them), ``absent`` (no tensor for it in the
+    checkpoint) or ``error`` (the loader failed on a tensor the parameter could hold). A case whose
+    draft could not be built has ``error`` instead. Raises ``sglpatch.pyenv.EnvUnavailable`` when
+    the pin's CPU environment cannot be built and ``ProbeFailed`` when the probe gives no answer.
     """
-    from sglpatch import pyenv
-
     python = pyenv.cpu_python(pin)
-    with tempfile.TemporaryDirectory(prefix="sglpatch-mtp-probe-") as work:
-        out = Path(work) / "answer.json"
-        args = ["-m", PROBE_MODULE, "--out", str(out)]
-        if checkpoint is not None:
-            args += ["--checkpoint", str(Path(checkpoint).resolve())]
-        tree = Path(tree).resolve()
-        run = python.run(args, tree=tree, env={"SGLPATCH_TREE": str(tree / "python")}, timeout=PROBE_TIMEOUT_S, cwd=Path(work))
-        if not out.is_file():
-            tail = (run.stderr or run.stdout or "").strip()[-600:]
-            raise ProbeFailed(f"the MTP probe gave no answer (exit {run.returncode}): {tail}")
-        answer = json.loads(out.read_text())
-    if not answer.get("ok"):
-        raise ProbeFailed(f"the MTP probe failed: {answer.get('error')}\n{answer.get('traceback', '')[-800:]}")
-    return answer
+    cases = {"checkpoint": Path(checkpoint)} if checkpoint is not None else None
+    run = python.run_probes(tree, [probe_request(pin, cases)])
+    failure = run.failure(PROBE)
+    if failure:
+        raise ProbeFailed(f"the MTP probe on {pin.version}: {failure}"[:2000])
+    return _flatten(run.answers[PROBE], run.runner)
+
+
+def _flatten(answer: dict, runner: dict) -> dict:
+    seconds = runner.get("seconds", {})
+    first = next((case for case in (answer.get("cases") or {}).values() if "draft_class" in case), {})
+    return {**answer, "draft_class": first.get("draft_class"), "import_s": seconds.get("import"),
+            "total_s": answer.get("seconds"), "runner": runner}
 
 
 class MtpQuarkExcludeWitness:
     name = "mtp-quark-exclude"
-    version = "1"
+    version = "2"
+
+    def fingerprint(self, pin: Pin) -> str:
+        profile = load_profile(PROFILE)
+        from sglpatch.witnesses import rocm_flags
+
+        code = pyenv.code_digest([Path(__file__), Path(rocm_flags.__file__)])
+        return f"{self.version}-{profile.name}-v{profile.version}-{code[:16]}-{pyenv.env_fingerprint(pin)[:16]}"
+
+    def probe_request(self, pin: Pin):
+        return probe_request(pin)
+
+    def judge_probe(self, answer: dict | None, failure: str | None, pin: Pin) -> WitnessResult:
+        if answer is None:
+            return WitnessResult(self.name, UNAVAILABLE, detail=(failure or "no answer")[:1000])
+        from sglpatch.witnesses import doubles_used
+
+        result = judge(answer, self.name)
+        return WitnessResult(result.witness, result.state, result.level, f"{result.detail} [{doubles_used(answer)}]")
 
     def run(self, tree: Path, pin: Pin) -> WitnessResult:
-        from sglpatch import pyenv
+        from sglpatch.witnesses import run_probe_witnesses
 
-        try:
-            answer = resolve_mtp_modules(tree, pin)
-        except pyenv.EnvUnavailable as exc:
-            return WitnessResult(self.name, UNAVAILABLE, detail=f"CPU environment: {exc}")
-        except (ProbeFailed, OSError, ValueError) as exc:
-            return WitnessResult(self.name, UNAVAILABLE, detail=str(exc)[:1000])
-        return judge(answer, self.name)
+        return run_probe_witnesses([self], tree, pin)[self.name]
 
 
 def judge(answer: dict, name: str = MtpQuarkExcludeWitness.name) -> WitnessResult:
@@ -115,12 +169,29 @@ def judge(answer: dict, name: str = MtpQuarkExcludeWitness.name) -> WitnessResul
         return WitnessResult(name, UNAVAILABLE, level, f"the probe answered no case for {', '.join(missing)}")
     errors = [f"{case}: {cases[case]['error']}" for case in cases if "error" in cases[case]]
     if errors:
-        return WitnessResult(name, UNAVAILABLE, level, "the draft could not be built: " + "; ".join(errors))
+        return WitnessResult(name, UNAVAILABLE, level, "the draft could not be built: " + "; ".join(errors)[:900])
+    # A module the check needs that is not in the built draft is a failure of the probe.
+    absent = []
+    for case, found in cases.items():
+        modules = found.get("modules") or {}
+        gone = [m for m in CHECKED_MODULES if m not in modules] + list(found.get("missing") or [])
+        if gone:
+            absent.append(f"{case}: {', '.join(dict.fromkeys(gone))}")
+    if absent:
+        return WitnessResult(name, UNAVAILABLE, level, "the probe found no such module in the built draft: " + "; ".join(absent))
+    unreadable = [f"{case}: {found.get('draft_fusion')}" for case, found in cases.items()
+                  if found.get("draft_fusion") not in ("on", "off")]
+    if unreadable:
+        return WitnessResult(name, UNAVAILABLE, level, "the draft's shared-expert fusion cannot be read: " + "; ".join(unreadable))
+    failed_loads = [f"{case}: {m} {got['load_detail']}" for case in EXCLUDED_SPELLINGS
+                    for m, got in cases[case]["modules"].items()
+                    if m in EXCLUDED_MODULES and got["load"] in ("error", "absent")]
+    if failed_loads:
+        return WitnessResult(name, UNAVAILABLE, level, "the probe could not load a tensor: " + "; ".join(failed_loads)[:900])
     # Controls: without them a "clean" could mean the probe built nothing quantized at all.
     insane = []
     for case, found in cases.items():
-        control = found["modules"].get(CONTROL_MODULE)
-        if control is None or control["unquantized"]:
+        if found["modules"][CONTROL_MODULE]["unquantized"]:
             insane.append(f"{case}: {CONTROL_MODULE} (never excluded) is not quantized")
     for module in SHARED_EXPERT:
         if cases[CONTROL_SPELLING]["modules"][module]["unquantized"]:
@@ -129,19 +200,10 @@ def judge(answer: dict, name: str = MtpQuarkExcludeWitness.name) -> WitnessResul
         return WitnessResult(name, UNAVAILABLE, level, "the probe cannot tell: " + "; ".join(insane))
     failures: dict[str, list[str]] = {}  # problems -> the spellings that have them
     for case in EXCLUDED_SPELLINGS:
-        found = cases[case]
-        problems = []
-        for module in EXCLUDED_MODULES:
-            got = found["modules"].get(module)
-            if got is None:
-                continue  # eh_proj before 0.5.11: a plain nn.Linear, never quantized
-            if not got["unquantized"] or got["load"] != "ok":
-                problems.append(f"{module} {_short(got['quant_method'])}/{got['load']}")
-        if found.get("draft_fusion") == "on":
-            problems.append(f"shared expert fused into the MXFP4 routed experts on {gpu}")
+        problems = case_problems(cases[case])
         if problems:
             failures.setdefault("; ".join(problems), []).append(case)
-    checked = sorted({m for case in EXCLUDED_SPELLINGS for m in cases[case]["modules"] if m in EXCLUDED_MODULES})
+    prefixes = ", ".join(sorted({cases["fused"]["modules"][m]["prefix"] or "" for m in EXCLUDED_MODULES} - {""}))
     fusion = ", ".join(f"{case} {cases[case].get('draft_fusion')}" for case in EXCLUDED_SPELLINGS)
     if failures:
         detail = " | ".join(f"{', '.join(spellings)}: {problems}" for problems, spellings in failures.items())
@@ -150,9 +212,23 @@ def judge(answer: dict, name: str = MtpQuarkExcludeWitness.name) -> WitnessResul
         name,
         CLEAN,
         level,
-        f"{', '.join(checked)} unquantized and loaded exactly for spellings {', '.join(EXCLUDED_SPELLINGS)}; "
-        f"{CONTROL_MODULE} stays {cases['fused']['modules'][CONTROL_MODULE]['quant_method']} [draft fusion: {fusion}]",
+        f"{', '.join(EXCLUDED_MODULES)} unquantized and loaded exactly for spellings {', '.join(EXCLUDED_SPELLINGS)} "
+        f"(built as {prefixes}); {CONTROL_MODULE} stays {cases['fused']['modules'][CONTROL_MODULE]['quant_method']} "
+        f"[draft fusion: {fusion}]",
     )
+
+
+def case_problems(found: dict, modules: tuple[str, ...] = EXCLUDED_MODULES) -> list[str]:
+    """What is wrong with one case's excluded modules: each one not built unquantized, or not
+    loaded exactly (empty: all kept bf16 and loaded exactly)."""
+    problems = []
+    for module in modules:
+        got = found["modules"][module]
+        if got["load"] == "fused":
+            problems.append(f"{module} fused into the {_short(got['quant_method'])} routed experts {got.get('fused_into')}")
+        elif not got["unquantized"] or got["load"] != "ok":
+            problems.append(f"{module} {_short(got['quant_method'])}/{got['load']}")
+    return problems
 
 
 def _short(method: str) -> str:

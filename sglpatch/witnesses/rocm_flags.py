@@ -1,29 +1,41 @@
 """Witness ``rocm-flags``: what the pin's own ``ServerArgs`` makes of the GLM-5.2 MI355X profile.
 
 The launch profile (``sglpatch/profiles/glm-5.2-mxfp4-mi355x.toml``) is resolved by the pin's real
-``ServerArgs`` on CPU, on an emulated 8x MI355X ROCm node (``probes/hip_emulation.py``), for a
-synthetic GLM-5-shaped model, in a handful of scenarios derived from the profile. All scenarios
-run in one child process (``probes/flags_probe.py``), so sglang is imported once per tree.
+``ServerArgs`` on CPU, on an emulated 8x MI355X ROCm node (``probes/rocm_box.py``), for a
+synthetic GLM-5-shaped model, in a handful of scenarios derived from the profile. The scenarios
+run in ``probes/flags_probe.py``, in the one child process per tree that all CPU witnesses share
+(``pyenv.CpuPython.run_probes``), so sglang is imported once per tree.
 
-It finds the bug (``bug``) when any of these fails, and ``clean`` when all hold:
+It judges behaviour, never wording. It finds the bug (``bug``) when any of these fails, and
+``clean`` when all hold:
 
 - the profile resolves to the aiter all-reduce fusion on and an fp8_e4m3 KV cache on gfx950, and
   so do the profile's *defaults* (the profile without its explicit KV dtype and fusion flags):
   what a user gets without knowing the right flags;
-- where the fusion is on but cannot run, a warning says so and names why: the profile itself
-  (``--disable-custom-all-reduce``), SGLANG_USE_AITER unset, DP attention, TP 6; and no such
-  warning when every gate is open;
+- where the fusion is asked for but cannot engage (the profile itself, with
+  ``--disable-custom-all-reduce``; SGLANG_USE_AITER unset; DP attention; TP 6), sglang emits a
+  warning-level log record that names the flag (``--enable-aiter-allreduce-fusion`` or
+  ``enable_aiter_allreduce_fusion``), whatever its words; and none when every gate is open;
 - the KV cache stays bfloat16 on gfx942 and when the user asks for bfloat16.
+
+Patch 0003's own wording of that warning is checked by its unit test
+(``tests/test_patch_0003_wording.py``), not here: a fix upstream words it otherwise.
+
+Doubles, named in the answer: the GPU (torch and triton report an 8x MI355X node), and the
+GPU-only packages, stood in by name only for what sglang imports unguarded on a HIP box
+(``rocm_box.NAMED``), so sglang's own feature probes (``feature_probes`` in the answer) answer as
+without them; ``tests/test_witness_rocm_flags.py`` compares the judged values with a run whose
+import sees no named stand-in.
 """
 
 from __future__ import annotations
 
 import json
-import re
 import tempfile
-import time
 from pathlib import Path
 
+from sglpatch import cache, pyenv
+from sglpatch.errors import Unavailable
 from sglpatch.pins import Pin
 from sglpatch.profile import Profile, load_profile
 from sglpatch.witnesses import BUG, CLEAN, UNAVAILABLE, WitnessResult
@@ -35,7 +47,10 @@ GFX942 = "gfx942:sramecc+:xnack-"
 ARCH_KEY = "SGLPATCH_GCN_ARCH"
 DROP = "!"  # an argv item "!--flag" removes --flag (and its value) from the profile's arguments
 TIMEOUT_S = 900
+PROBE = "flags"
+PROBE_LIMIT_S = 180
 LEVEL = "server-args-cpu"  # the pin's ServerArgs resolved on CPU, ROCm emulated
+MI355X = "gfx950:sramecc+:xnack-"
 
 # A GLM-5 (GlmMoeDsaForCausalLM) config.json: the architecture, the DSA indexer fields that select
 # sglang's sparse-attention path, the MTP layer count and shapes; no weights are ever read.
@@ -92,17 +107,28 @@ SCENARIOS: dict[str, Scenario] = {
     "user-bf16": (["--kv-cache-dtype", "bfloat16"], {}),
     "gfx942": ([DROP + "--kv-cache-dtype"], {ARCH_KEY: GFX942}),
 }
-INERT = "--enable-aiter-allreduce-fusion"  # every inert-fusion warning names the flag
-# scenario -> (fusion, kv dtype, reason the inert-fusion warning must name, or False for none)
-EXPECTED: dict[str, tuple[bool | None, str | None, str | bool | None]] = {
-    "profile": (True, "fp8_e4m3", "--disable-custom-all-reduce"),
-    "defaults": (True, "fp8_e4m3", "--disable-custom-all-reduce"),
+# The flag, as users write it and as ServerArgs names the field: a warning about the inert
+# fusion names one of them, in whatever words.
+FLAG_NAMES = ("--enable-aiter-allreduce-fusion", "enable_aiter_allreduce_fusion")
+# scenario -> (fusion, kv dtype, whether an sglang warning naming the flag must be there: True,
+# must not be there: False, or either: None)
+EXPECTED: dict[str, tuple[bool | None, str | None, bool | None]] = {
+    "profile": (True, "fp8_e4m3", True),
+    "defaults": (True, "fp8_e4m3", True),
     "custom-all-reduce": (True, "fp8_e4m3", False),
-    "no-SGLANG_USE_AITER": (True, None, "SGLANG_USE_AITER"),
-    "dp-attention": (True, None, "DP attention"),
-    "tp6": (True, None, "tp_size is 6"),
+    "no-SGLANG_USE_AITER": (True, None, True),
+    "dp-attention": (True, None, True),
+    "tp6": (True, None, True),
     "user-bf16": (None, "bfloat16", None),
     "gfx942": (None, "bfloat16", None),
+}
+# Why the fusion cannot engage in each scenario that must warn (for the answer's words only).
+CLOSED_GATE = {
+    "profile": "--disable-custom-all-reduce",
+    "defaults": "--disable-custom-all-reduce",
+    "no-SGLANG_USE_AITER": "SGLANG_USE_AITER unset",
+    "dp-attention": "DP attention",
+    "tp6": "TP 6",
 }
 
 
@@ -111,34 +137,68 @@ class RocmFlagsWitness:
 
     def __init__(self, profile: Profile | None = None):
         self.profile = profile or load_profile(PROFILE)
-        # Cached answers must change when the profile does.
-        self.version = f"1-{self.profile.name}-v{self.profile.version}"
+        self.version = f"2-{self.profile.name}-v{self.profile.version}"
+
+    def fingerprint(self, pin: Pin) -> str:
+        from sglpatch.witnesses import mtp_exclude
+
+        code = pyenv.code_digest([Path(__file__), Path(mtp_exclude.__file__)])
+        return f"{self.version}-{code[:16]}-{pyenv.env_fingerprint(pin)[:16]}"
+
+    def probe_request(self, pin: Pin):
+        return probe_request(self.profile, SCENARIOS, cache.cache_root() / "probes")
+
+    def judge_probe(self, answer: dict | None, failure: str | None, pin: Pin) -> WitnessResult:
+        if answer is None:
+            return WitnessResult(self.name, UNAVAILABLE, detail=(failure or "no answer")[:1000])
+        from sglpatch.witnesses import doubles_used
+
+        result = judge(answer, self.name)
+        return WitnessResult(result.witness, result.state, result.level, f"{result.detail} [{doubles_used(answer)}]")
 
     def run(self, tree: Path, pin: Pin) -> WitnessResult:
-        started = time.monotonic()
-        try:
-            resolved = resolve_server_args(tree, pin, SCENARIOS, profile=self.profile)
-        except WitnessUnavailable as exc:
-            return WitnessResult(self.name, UNAVAILABLE, detail=str(exc))
-        failures = [f"{name}: {problem}" for name, problem in check(resolved)]
-        took = f"{len(resolved)} scenarios resolved in {time.monotonic() - started:.0f}s"
-        if failures:
-            return WitnessResult(self.name, BUG, LEVEL, "; ".join(failures) + f" ({took})")
-        return WitnessResult(
-            self.name, CLEAN, LEVEL, f"fusion on for decode, fp8_e4m3 on gfx950, every inert fusion named ({took})"
-        )
+        from sglpatch.witnesses import run_probe_witnesses
+
+        return run_probe_witnesses([self], tree, pin)[self.name]
 
 
-class WitnessUnavailable(Exception):
+class WitnessUnavailable(Unavailable):
     pass
+
+
+def judge(answer: dict, name: str = RocmFlagsWitness.name) -> WitnessResult:
+    """The witness's answer from the flags probe's (scenario -> resolved fields and records)."""
+    resolved = answer.get("scenarios") or {}
+    missing = [scenario for scenario in EXPECTED if scenario not in resolved]
+    if missing:
+        return WitnessResult(name, UNAVAILABLE, LEVEL, f"the probe answered no scenario {', '.join(missing)}")
+    took = f"{len(resolved)} scenarios resolved in {answer.get('seconds', 0):.0f}s"
+    failures = [f"{scenario}: {problem}" for scenario, problem in check(resolved)]
+    if failures:
+        return WitnessResult(name, BUG, LEVEL, "; ".join(failures) + f" ({took})")
+    return WitnessResult(
+        name, CLEAN, LEVEL,
+        f"fusion on, fp8_e4m3 on gfx950 for the profile and its defaults; sglang warns naming the flag "
+        f"wherever the fusion cannot engage, and not where it can ({took})")
+
+
+def names_the_flag(record: dict) -> bool:
+    return any(flag in record.get("message", "") for flag in FLAG_NAMES)
+
+
+def inert_fusion_warnings(got: dict) -> list[str]:
+    """sglang's warning-level log records (WARNING or above) that name the fusion flag."""
+    return [r["message"] for r in got.get("log_records") or []
+            if r.get("level") in ("WARNING", "ERROR", "CRITICAL") and names_the_flag(r)]
 
 
 def check(resolved: dict[str, dict]) -> list[tuple[str, str]]:
     """(scenario, what is wrong) for every expectation that does not hold."""
     problems = []
-    for name, (fusion, kv, reason) in EXPECTED.items():
+    for name, (fusion, kv, warns) in EXPECTED.items():
         got = resolved.get(name)
         if got is None:
+            problems.append((name, "not resolved"))
             continue
         if got["error"]:
             problems.append((name, f"rejected: {got['error']}"))
@@ -149,12 +209,50 @@ def check(resolved: dict[str, dict]) -> list[tuple[str, str]]:
             problems.append((name, "fusion defaulted on for prefill too, want decode only"))
         if kv is not None and got["kv_cache_dtype"] != kv:
             problems.append((name, f"kv_cache_dtype {got['kv_cache_dtype']}, want {kv}"))
-        inert = [w for w in got["warnings"] if INERT in w]
-        if reason is False and inert:
+        inert = inert_fusion_warnings(got)
+        if warns is False and inert:
             problems.append((name, f"warns although every gate is open: {inert[0]}"))
-        elif isinstance(reason, str) and not any(reason in w for w in inert):
-            problems.append((name, f"silent: no warning that the fusion cannot run because of {reason}"))
+        elif warns is True and not inert:
+            problems.append((name, f"silent: no warning naming {FLAG_NAMES[0]} although it cannot engage ({CLOSED_GATE[name]})"))
     return problems
+
+
+def import_env(profile: Profile) -> tuple[tuple[str, str], ...]:
+    """The environment sglang is imported under: the launch profile's, as the server is started."""
+    return tuple(sorted(profile.env.items()))
+
+
+def probe_request(profile: Profile, scenarios: dict[str, "Scenario"], workdir: Path, *, limit_s: float = PROBE_LIMIT_S):
+    """The flags probe for ``pyenv.CpuPython.run_probes``: each scenario as argv and environment
+    over the profile's, for a synthetic GLM-5 model folder written in ``workdir``."""
+    model = synthetic_model(workdir)
+    spec = {
+        "scenarios": {
+            name: {
+                "argv": profile_argv(profile, str(model), argv),
+                "env": {k: v for k, v in env.items() if k != ARCH_KEY},
+                "arch": env.get(ARCH_KEY),
+            }
+            for name, (argv, env) in scenarios.items()
+        },
+    }
+    return pyenv.ProbeRequest(PROBE, "flags_probe", spec, limit_s, import_env=import_env(profile), arch=MI355X,
+                              registry_archs=("GlmMoeDsaForCausalLM",))
+
+
+def synthetic_model(workdir: Path) -> Path:
+    """A folder holding the GLM-5 config.json (no weights: ServerArgs reads only the config),
+    at a path named by its content so every run and tree shares it."""
+    import hashlib
+
+    text = json.dumps(GLM5_CONFIG, indent=1)
+    folder = Path(workdir) / f"sglpatch-glm5-config-{hashlib.sha256(text.encode()).hexdigest()[:12]}"
+    if not (folder / "config.json").is_file() or (folder / "config.json").read_text() != text:
+        folder.mkdir(parents=True, exist_ok=True)
+        tmp = folder / f".config.json.{id(text)}.tmp"
+        tmp.write_text(text)
+        tmp.replace(folder / "config.json")
+    return folder
 
 
 def profile_argv(profile: Profile, model: str, edits: list[str]) -> list[str]:
@@ -185,44 +283,20 @@ def resolve_server_args(
     updates the profile's environment, a value of None unsets the variable, and
     ``SGLPATCH_GCN_ARCH`` picks the emulated GPU (default gfx950, MI355X). Returns, per scenario,
     the resolved fields (``speculative_*``, ``enable_aiter_allreduce_fusion``, ``kv_cache_dtype``,
-    ...), ``warnings`` (logged or raised while resolving) and ``error`` (None unless ServerArgs
-    rejected the arguments). Raises ``WitnessUnavailable`` when the pin's CPU env cannot be had.
+    ...), ``log_records`` (sglang's records of WARNING and above: level, logger, message),
+    ``warnings`` (those and Python warnings, as text) and ``error`` (None unless ServerArgs
+    rejected the arguments). Raises ``WitnessUnavailable`` when the pin's CPU env cannot be had
+    or the probe gives no answer.
     """
-    from sglpatch import pyenv
-
     profile = profile or load_profile(PROFILE)
     try:
         python = pyenv.cpu_python(pin)
-    except pyenv.EnvUnavailable as exc:
+    except Unavailable as exc:
         raise WitnessUnavailable(f"no CPU Python for {pin.version}: {exc}") from None
     with tempfile.TemporaryDirectory(prefix="sglpatch-flags-") as work:
-        model = Path(work) / "glm5-synthetic"
-        model.mkdir()
-        (model / "config.json").write_text(json.dumps(GLM5_CONFIG, indent=1))
-        spec = {
-            "workdir": work,
-            "import_env": dict(profile.env),
-            "scenarios": {
-                name: {
-                    "argv": profile_argv(profile, str(model), argv),
-                    "env": {k: v for k, v in env.items() if k != ARCH_KEY},
-                    "arch": env.get(ARCH_KEY),
-                }
-                for name, (argv, env) in scenarios.items()
-            },
-        }
-        (Path(work) / "spec.json").write_text(json.dumps(spec))
-        out = Path(work) / "out.json"
-        try:
-            run = python.run([str(PROBE), str(Path(work) / "spec.json"), str(out)], tree=tree, timeout=timeout)
-        except OSError as exc:
-            raise WitnessUnavailable(f"cannot start the probe: {exc}") from None
-        except Exception as exc:  # subprocess.TimeoutExpired
-            raise WitnessUnavailable(f"the probe did not finish: {exc}") from None
-        if run.returncode != 0 or not out.exists():
-            tail = (run.stdout + run.stderr).strip().splitlines()[-8:]
-            raise WitnessUnavailable(
-                f"the probe failed importing the pin's sglang (exit {run.returncode}): "
-                + re.sub(r"\s+", " ", " | ".join(tail))[-600:]
-            )
-        return json.loads(out.read_text())["scenarios"]
+        request = probe_request(profile, scenarios, Path(work), limit_s=timeout)
+        run = python.run_probes(tree, [request], timeout=timeout + pyenv.IMPORT_ALLOWANCE_S)
+    failure = run.failure(PROBE)
+    if failure:
+        raise WitnessUnavailable(f"the flags probe on {pin.version}: {failure}"[:2000])
+    return run.answers[PROBE]["scenarios"]

@@ -1,29 +1,31 @@
-"""Child side of the ``rocm-flags`` witness: resolve a pin's own ``ServerArgs`` for many scenarios.
+"""Probe for the ``rocm-flags`` witness: resolve a pin's own ``ServerArgs`` for many scenarios.
 
-    python flags_probe.py SPEC.json OUT.json
+Runs in the pin's CPU Python under ``runner.py``, after the tree's sglang was imported on the
+emulated MI355X box of ``rocm_box`` with the launch profile's environment (as the server is
+started: ``SGLANG_USE_AITER`` and ``is_hip()`` are read at import time). Spec::
 
-Runs in the pin's CPU interpreter with the tree's ``python/`` folder first on the path (see
-``sglpatch.pyenv``). SPEC holds the synthetic model folder, the environment to import sglang
-under, and the scenarios: ``{name: {"argv": [...], "env": {NAME: value or null}, "arch": ...}}``.
-Every scenario is resolved in this one process, so sglang is imported once:
+    {"scenarios": {name: {"argv": [...], "env": {NAME: value or null}, "arch": ... or null}}}
 
-- sglang reads ``SGLANG_USE_AITER`` and ``is_hip()`` at import time, so the import happens under
-  the spec's ``import_env`` on an emulated ROCm node (``hip_emulation``);
-- each scenario then runs with ``os.environ`` set to the import environment plus its own ``env``
-  (null unsets a variable) and restored afterwards, since sglang's resolution both reads the
-  environment and writes to it; ``arch`` switches the emulated GPU.
+Each scenario runs with ``os.environ`` set to the import environment plus its own ``env`` (null
+unsets a variable) and restored afterwards, since sglang's resolution both reads the environment
+and writes to it; ``arch`` switches the emulated GPU (scenarios on the import-time GPU first:
+module-level flags computed at import stay as they were, so another GPU is emulated only through
+what is asked at resolution time).
 
-OUT gets, per scenario, the resolved fields, the warnings logged or raised while resolving, and
-``error`` (the exception, when ``ServerArgs`` rejects the arguments) or null.
-
-No sglpatch imports: this file runs in the pin's interpreter, not ours.
+The answer, per scenario: the resolved fields, ``log_records`` (every record of WARNING or above
+from an ``sglang`` logger while it resolved: level, logger, message), ``warnings`` (those
+records and Python warnings, as text, as before), and ``error`` (the exception, when
+``ServerArgs`` rejects the arguments) or null. ``feature_probes`` shows what sglang's own
+feature checks answered under the stand-ins; ``standin_reads`` and ``standins_called`` list what
+the resolution of the scenarios read from or called on them (empty: nothing judged went through
+a double).
 """
 
 from __future__ import annotations
 
 import argparse
 import functools
-import json
+import importlib
 import logging
 import os
 import sys
@@ -48,7 +50,13 @@ FIELDS = (
     "disable_custom_all_reduce",
     "page_size",
 )
-STANDINS = ("torchvision", "sgl_kernel", "aiter")
+# sglang's own checks for optional GPU packages, by module and function name, where a release has them.
+FEATURE_PROBES = (
+    ("sglang.srt.utils.common", "is_flashinfer_available"),
+    ("sglang.srt.utils.common", "is_sgl_kernel_available"),
+    ("sglang.srt.utils.common", "is_aiter_available"),
+    ("sglang.srt.utils", "is_flashinfer_available"),
+)
 
 
 class _Records(logging.Handler):
@@ -56,14 +64,14 @@ class _Records(logging.Handler):
 
     def __init__(self):
         super().__init__(level=logging.WARNING)
-        self.messages: list[str] = []
+        self.records: list[dict] = []
 
     def emit(self, record):
         try:
             message = record.getMessage()
         except Exception:
             message = str(record.msg)
-        self.messages.append(f"{record.levelname}: {message}")
+        self.records.append({"level": record.levelname, "logger": record.name, "message": message})
 
 
 def _set_environ(base: dict[str, str], changes: dict[str, str | None]) -> None:
@@ -98,60 +106,82 @@ def resolve(server_args_cls, argv: list[str]) -> dict:
     return {name: values.get(name) for name in FIELDS}
 
 
-def main(spec_path: str, out_path: str) -> int:
-    with open(spec_path) as handle:
-        spec = json.load(handle)
-    _set_environ(dict(os.environ), spec.get("import_env", {}))
-    first_arch = spec.get("arch") or hip_emulation.MI355X
-    hip_emulation.emulate(first_arch, workdir=spec["workdir"])
-    stood_in = standins.install(*STANDINS)
-    import_environ = dict(os.environ)
+def feature_probes() -> dict[str, str]:
+    answers = {}
+    for module_name, function in FEATURE_PROBES:
+        module = sys.modules.get(module_name) or _try_import(module_name)
+        probe = getattr(module, function, None) if module is not None else None
+        if callable(probe) and f"{function}" not in answers:
+            try:
+                answers[function] = repr(probe())
+            except Exception as exc:  # noqa: BLE001 - reported as is
+                answers[function] = f"{type(exc).__name__}: {exc}"
+    import importlib.util
 
+    for package in ("sgl_kernel", "aiter", "flashinfer"):
+        try:
+            answers[f"find_spec({package})"] = "found" if importlib.util.find_spec(package) else "missing"
+        except (ValueError, ImportError) as exc:
+            answers[f"find_spec({package})"] = f"{type(exc).__name__}: {exc}"
+    return answers
+
+
+def _try_import(name: str):
+    try:
+        return importlib.import_module(name)
+    except Exception:  # noqa: BLE001
+        return None
+
+
+def run(spec: dict, context) -> dict:
+    from sglang.srt.server_args import ServerArgs
+
+    import_environ = dict(os.environ)
+    first_arch = context.box.get("emulated_gpu") or hip_emulation.MI355X
     records = _Records()
     root = logging.getLogger()
     root.addHandler(records)
-    if root.level > logging.WARNING or root.level == logging.NOTSET:
-        root.setLevel(logging.WARNING)
-
-    started = time.monotonic()
-    from sglang.srt.server_args import ServerArgs
-
-    seconds = {"import": round(time.monotonic() - started, 2)}
-
+    seconds: dict[str, float] = {}
     results = {}
     arch = first_arch
-    # Scenarios on the import-time GPU first: module-level flags computed at import stay as they
-    # were, so another GPU is emulated only through what is asked at resolution time.
-    order = sorted(spec["scenarios"], key=lambda n: (spec["scenarios"][n].get("arch") or first_arch) != first_arch)
-    for name in order:
-        scenario = spec["scenarios"][name]
-        _set_environ(import_environ, scenario.get("env", {}))
-        if (scenario.get("arch") or first_arch) != arch:
-            arch = scenario.get("arch") or first_arch
-            hip_emulation.set_arch(arch)
+    scenarios = spec["scenarios"]
+    order = sorted(scenarios, key=lambda n: (scenarios[n].get("arch") or first_arch) != first_arch)
+    standins.reset_calls()
+    answer: dict = {"feature_probes": feature_probes(), "feature_probe_reads": standins.reads()}
+    standins.reset_calls()
+    try:
+        for name in order:
+            scenario = scenarios[name]
+            context.phase(f"scenario {name}")
+            _set_environ(import_environ, scenario.get("env", {}))
+            if (scenario.get("arch") or first_arch) != arch:
+                arch = scenario.get("arch") or first_arch
+                hip_emulation.set_arch(arch)
+                _forget_device_answers()
+            records.records = []
+            started = time.monotonic()
+            result: dict = {"error": None}
+            with warnings.catch_warnings(record=True) as raised:
+                warnings.simplefilter("always")
+                try:
+                    result.update(resolve(ServerArgs, scenario["argv"]))
+                except Exception as exc:  # the argv was rejected
+                    result["error"] = f"{type(exc).__name__}: {exc}"
+                    result["traceback"] = traceback.format_exc(limit=6)
+                except SystemExit as exc:  # argparse refuses an argument this way
+                    result["error"] = f"SystemExit: {exc}"
+            sglang_records = [r for r in records.records if r["logger"].split(".")[0] == "sglang"]
+            result["log_records"] = sglang_records
+            result["warnings"] = [f"{r['level']}: {r['message']}" for r in records.records] + [
+                f"{w.category.__name__}: {w.message}" for w in raised]
+            results[name] = result
+            seconds[name] = round(time.monotonic() - started, 2)
+    finally:
+        root.removeHandler(records)
+        _set_environ(import_environ, {})
+        if arch != first_arch:
+            hip_emulation.set_arch(first_arch)
             _forget_device_answers()
-        records.messages = []
-        started = time.monotonic()
-        result: dict = {"error": None}
-        with warnings.catch_warnings(record=True) as raised:
-            warnings.simplefilter("always")
-            try:
-                result.update(resolve(ServerArgs, scenario["argv"]))
-            except BaseException as exc:  # SystemExit from argparse too: the argv was rejected
-                if isinstance(exc, KeyboardInterrupt):
-                    raise
-                result["error"] = f"{type(exc).__name__}: {exc}"
-                result["traceback"] = traceback.format_exc(limit=6)
-        result["warnings"] = records.messages + [f"{w.category.__name__}: {w.message}" for w in raised]
-        results[name] = result
-        seconds[name] = round(time.monotonic() - started, 2)
-    results = {name: results[name] for name in spec["scenarios"]}
-    _set_environ(import_environ, {})
-
-    with open(out_path, "w") as handle:
-        json.dump({"standins": stood_in, "seconds": seconds, "scenarios": results}, handle, default=str)
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main(*sys.argv[1:]))
+    answer.update(scenarios={name: results[name] for name in scenarios if name in results},
+                  scenario_seconds=seconds, standins_called=standins.calls(), standin_reads=standins.reads())
+    return answer

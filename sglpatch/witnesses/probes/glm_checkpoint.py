@@ -46,6 +46,11 @@ def glm_config() -> dict:
     config = {k: v for k, v in GlmMoeDsaConfig().to_dict().items() if not k.startswith("_") and k != "transformers_version"}
     config.update({key: value for key, value in SMALL.items() if key in config})
     config.update(architectures=["GlmMoeDsaForCausalLM"], num_nextn_predict_layers=1, torch_dtype="bfloat16")
+    # Fields GLM-5's config.json carries that sglang's DeepSeek-family code reads and the pin's
+    # transformers class may not define (the router; the dense layers before the MoE ones).
+    config.setdefault("topk_method", "noaux_tc")
+    config.setdefault("scoring_func", "sigmoid")
+    config.setdefault("first_k_dense_replace", 3)
     return config
 
 

@@ -2,10 +2,16 @@
 
 sglang decides ROCm behaviour from ``torch.version.hip`` (``is_hip``), the device capability
 (MI355X reports gfx950 as 9.5, MI300X gfx942 as 9.4), ``gcnArchName`` (``is_gfx95_supported``),
-the memory queries, and ``rocminfo`` (``get_amdgpu_memory_capacity`` shells out to it). sglang's
-own platform overrides do not reach the module-level ``_is_hip`` flags nor the capability query,
-so torch itself is patched, before sglang is imported. This is a test double for the GPU; it says
-nothing about kernels, only about the decisions sglang's Python makes from these answers.
+the memory queries, ``rocminfo`` (``get_amdgpu_memory_capacity`` shells out to it), and triton's
+active driver (some modules ask ``triton.runtime.driver.active.get_current_target()`` at import
+time). sglang's own platform overrides do not reach the module-level ``_is_hip`` flags nor the
+capability query, so torch and triton themselves are patched, before sglang is imported, as on a
+ROCm box. This is a test double for the GPU; it says nothing about kernels, only about the
+decisions sglang's Python makes from these answers.
+
+Triton's own ``HIPDriver`` is used, with only its HIP runtime handle (``HIPUtils``, which loads
+``libamdhip64.so``, a library that cannot exist here) replaced by one that answers the emulated
+GPU's properties; nothing can be launched through it.
 
 Runs inside the probe's interpreter (no sglpatch imports here).
 """
@@ -42,7 +48,43 @@ def emulate(arch: str = MI355X, workdir: str | None = None, device_count: int = 
     c.get_device_properties = lambda device=None: _properties()
     c.get_device_name = lambda device=None: _state["name"]
     c.mem_get_info = lambda device=None: (_state["total"], _state["total"])
+    # Device management answers as on a box with nothing to wait for; no tensor lives there.
+    c.set_device = lambda device=None: None
+    c.synchronize = lambda device=None: None
+    c.empty_cache = lambda: None
     _fake_rocminfo(workdir or tempfile.mkdtemp(prefix="sglpatch-rocminfo-"))
+    _emulate_triton_driver()
+
+
+def _emulate_triton_driver() -> None:
+    """Make triton's active driver its HIP driver for the emulated GPU (when triton is installed)."""
+    try:
+        from triton.backends.amd import driver as amd
+        from triton.runtime import driver
+    except ImportError:
+        return
+
+    class EmulatedHipUtils:
+        """What ``HIPUtils`` answers on the emulated GPU; no HIP runtime behind it."""
+
+        def get_device_properties(self, device=0):
+            name, (major, minor), _ = _DEVICES[_state["arch"].split(":")[0]]
+            return {
+                "arch": _state["arch"], "warpSize": 64, "multiprocessor_count": 256,
+                "max_shared_mem": 160 * 1024, "sm_clock_rate": 2400000, "mem_clock_rate": 8000000,
+                "mem_bus_width": 8192, "max_num_regs": 512 * 1024,
+            }
+
+        def load_binary(self, *args, **kwargs):
+            raise RuntimeError("emulated HIP GPU: no kernel can be loaded")
+
+    hip = amd.HIPDriver.__new__(amd.HIPDriver)
+    super(amd.HIPDriver, hip).__init__()  # GPUDriver: torch.cuda's (emulated) device queries
+    hip.utils = EmulatedHipUtils()
+    hip.launcher_cls = amd.HIPLauncher
+    driver.set_active(hip)
+    if hasattr(driver, "_default"):  # reset_active() must not build the real HIP driver either
+        driver._default = hip
 
 
 def set_arch(arch: str) -> None:

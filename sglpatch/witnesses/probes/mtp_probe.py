@@ -1,304 +1,193 @@
-"""Probe for the ``mtp-quark-exclude`` witness: which quantization the MTP draft layer gets.
+"""Probe for the ``mtp-quark-exclude`` witness: what the pin's sglang builds for the MTP draft of
+a Quark MXFP4 checkpoint that keeps the MTP shared expert and ``eh_proj`` in bf16.
 
-Runs inside a pin's CPU Python (``sglpatch.pyenv``) with the pin's tree first on the path, and
-asks sglang's own code, for a GlmMoeDsa-shaped model with a Quark MXFP4 ``quantization_config``:
+Runs in the pin's CPU Python under ``runner.py`` (the tree's sglang, the emulated MI355X box of
+``rocm_box``). Per case (a checkpoint folder: config.json with a Quark ``quantization_config``
+and ``*.safetensors``) it does what sglang's draft worker does, with sglang's own code:
 
-1. the loader's steps: the draft class's ``packed_modules_mapping``, ``QuarkConfig.from_config``,
-   ``apply_weight_name_mapper`` with the draft class's mapper;
-2. the draft class's real ``__init__`` (the class ``ModelConfig`` renames a GlmMoeDsa draft to),
-   with the MTP layer, the LM head and the parallel/server-args getters recorded, for the quant
-   config the MTP layer is built with;
-3. the real layers with that config and the draft's prefixes: ``DeepseekV2MLP`` (the shared
-   expert), ``ReplicatedLinear`` ``model.eh_proj`` where the release builds it so, and
-   ``RowParallelLinear`` ``model.decoder.self_attn.o_proj`` (not excluded: a control that must
-   stay quantized), each with the quant method it got;
-4. the checkpoint's tensors, read from safetensors files with sglang's own iterator and fed
-   through each parameter's own ``weight_loader``, as the model loader does: an excluded module
-   holds full-width bf16 tensors, which a 4-bit MXFP4 slot refuses (shape mismatch) or takes
-   silently wrong (narrowed and cast);
-5. whether the draft fuses its shared expert into the routed MoE on the emulated GPU (an excluded,
-   bf16 shared expert cannot join MXFP4 routed experts).
+1. ``ServerArgs`` from the launch profile's flags (TP 1, the case's folder as the model), made the
+   process's server args; a one-rank process group (gloo);
+2. ``ModelConfig.from_server_args(..., is_draft_model=True)``, which renames the architecture to
+   the draft class; the model loader's ``_get_quantization_config`` (the class's packed-modules
+   mapping, ``QuarkConfig``, the weight-name mapper) and ``_initialize_model``: the draft class's
+   ``__init__`` builds ``DeepseekModelNextN`` and its decoder layer, attention, MoE, shared
+   expert, norms and heads, with the prefixes sglang gives them;
+3. the checkpoint's tensors read by the loader's own weights iterator and fed, one module at a
+   time, through the draft's ``load_weights`` (its renames, stacked-parameter and expert
+   mappings), then compared with what the parameters hold.
 
-Without ``--checkpoint`` it writes its own tiny checkpoints, one per exclude-list spelling of "the
-MTP shared expert and eh_proj are kept bf16": ``fused`` (gate_up_proj), ``unfused``
-(gate_proj/up_proj, as Quark writes them), ``regex`` (``re:`` patterns), and ``none`` (a control:
-nothing excluded). With ``--checkpoint DIR`` (config.json with ``quantization_config`` beside
-``*.safetensors``) it reports that checkpoint alone. The JSON answer goes to ``--out``.
+Each module is found by what it is (``mlp.shared_experts.gate_up_proj``, ``eh_proj``,
+``self_attn.o_proj`` under whatever prefix sglang built it at) and reported with the prefix the
+quant config was asked about and the quant method it got. The draft's own decision to fuse its
+shared expert into the routed experts (``num_fused_shared_experts``) is read off the built draft.
 
-The GPU is a test double (``hip_emulation``, gfx950 by default); GPU-only packages are stand-ins
-(``standins``), named in the answer.
+What is stood in, because it cannot run on CPU: the GPU (``hip_emulation``: HIP torch, gfx950),
+the kernel packages (``rocm_box``), the draft's device (built on the host: the emulated GPU
+cannot hold tensors, so the process group is made as for a CPU rank), and the weight
+post-processing that prepares GPU kernel layouts (``process_weights_after_loading``, the draft's
+``post_load_weights``): not run. Stand-ins
+called while building are listed in each case (``standins_called``).
+
+Spec: ``{"argv": [...server flags, the model as "{model}"...], "cases": {name: folder} | null}``;
+without cases the probe writes its own, one per exclude-list spelling (``quark_checkpoint``).
 """
 
 from __future__ import annotations
 
 import argparse
-import copy
-import glob
-import importlib
+import contextlib
 import inspect
-import json
-import logging
 import os
-import sys
-import tempfile
-import time
-import traceback
-import warnings
+import socket
 
-from quark_checkpoint import quark_config_dict, save_bf16_tensors
+import quark_checkpoint
+import standins
 
-N = 2  # num_hidden_layers of the synthetic model: its MTP layer is model.layers.2.*
-H = 64  # hidden_size
-I = 32  # moe_intermediate_size (one shared expert)
-SPELLINGS = ("fused", "unfused", "regex", "none")
-
-# module key -> (sglang prefix, checkpoint names of its weight, relative to the MTP layer)
+# module key -> (the module's path relative to the MTP layer as sglang builds it, the names of
+# its weights in the checkpoint relative to model.layers.{N}, in shard order)
 MODULES = {
-    "shared_experts.gate_up_proj": (
-        "model.decoder.mlp.shared_experts.gate_up_proj",
-        ["mlp.shared_experts.gate_proj.weight", "mlp.shared_experts.up_proj.weight"],
-    ),
-    "shared_experts.down_proj": ("model.decoder.mlp.shared_experts.down_proj", ["mlp.shared_experts.down_proj.weight"]),
-    "eh_proj": ("model.eh_proj", ["eh_proj.weight"]),
-    "self_attn.o_proj": ("model.decoder.self_attn.o_proj", ["self_attn.o_proj.weight"]),
+    "shared_experts.gate_up_proj": ("mlp.shared_experts.gate_up_proj",
+                                    ["mlp.shared_experts.gate_proj.weight", "mlp.shared_experts.up_proj.weight"]),
+    "shared_experts.down_proj": ("mlp.shared_experts.down_proj", ["mlp.shared_experts.down_proj.weight"]),
+    "eh_proj": ("eh_proj", ["eh_proj.weight"]),
+    "self_attn.o_proj": ("self_attn.o_proj", ["self_attn.o_proj.weight"]),
 }
-CONTROL = "self_attn.o_proj"
-O_PROJ_IN = 16  # num_attention_heads * v_head_dim
-
-
-def hf_config_dict(num_layers: int = N) -> dict:
-    """A GLM-5-shaped (GlmMoeDsa) config, tiny: 256 routed experts and one shared, as GLM-5."""
-    return dict(
-        architectures=["GlmMoeDsaForCausalLM"],
-        model_type="glm_moe_dsa",
-        num_hidden_layers=num_layers,
-        num_nextn_predict_layers=1,
-        hidden_size=H,
-        intermediate_size=2 * H,
-        moe_intermediate_size=I,
-        n_shared_experts=1,
-        n_routed_experts=256,
-        num_experts_per_tok=2,
-        n_group=1,
-        topk_group=1,
-        first_k_dense_replace=0,
-        moe_layer_freq=1,
-        num_attention_heads=2,
-        num_key_value_heads=2,
-        q_lora_rank=32,
-        kv_lora_rank=16,
-        qk_nope_head_dim=8,
-        qk_rope_head_dim=8,
-        v_head_dim=8,
-        vocab_size=128,
-        rms_norm_eps=1e-5,
-        hidden_act="silu",
-        max_position_embeddings=256,
-        rope_theta=10000.0,
-        tie_word_embeddings=False,
-        torch_dtype="bfloat16",
-    )
-
-
-def exclude_list(spelling: str, layer: int = N) -> list[str]:
-    """Quark's exclude list keeping the MTP shared expert and eh_proj bf16, spelled one way."""
-    L = f"model.layers.{layer}"
-    if spelling == "fused":
-        return ["lm_head", f"{L}.mlp.shared_experts.gate_up_proj", f"{L}.mlp.shared_experts.down_proj", f"{L}.eh_proj"]
-    if spelling == "unfused":
-        return ["lm_head", f"{L}.mlp.shared_experts.gate_proj", f"{L}.mlp.shared_experts.up_proj",
-                f"{L}.mlp.shared_experts.down_proj", f"{L}.eh_proj"]
-    if spelling == "regex":
-        return ["lm_head", rf"re:model\.layers\.{layer}\.mlp\.shared_experts\..*", rf"re:model\.layers\.{layer}\.eh_proj$"]
-    if spelling == "none":
-        return ["lm_head"]
-    raise ValueError(spelling)
-
-
-def write_checkpoint(folder: str, spelling: str, seed: int = 0) -> str:
-    """config.json plus one safetensors file holding the MTP layer's excluded modules in bf16."""
-    config = hf_config_dict()
-    config["quantization_config"] = quark_config_dict(exclude_list(spelling))
-    os.makedirs(folder, exist_ok=True)
-    with open(os.path.join(folder, "config.json"), "w") as handle:
-        json.dump(config, handle, indent=1)
-    if spelling != "none":
-        L = f"model.layers.{N}"
-        shapes = {
-            f"{L}.mlp.shared_experts.gate_proj.weight": (I, H),
-            f"{L}.mlp.shared_experts.up_proj.weight": (I, H),
-            f"{L}.mlp.shared_experts.down_proj.weight": (H, I),
-            f"{L}.eh_proj.weight": (H, 2 * H),
-        }
-        save_bf16_tensors(folder, shapes, seed)
-    return folder
-
-
-# -- sglang, as its loader drives it --------------------------------------------------------
-
-
-class Permissive:
-    """Server args / parallel context with the values given, None for anything else."""
-
-    def __init__(self, **kw):
-        self.__dict__.update(kw)
-
-    def __getattr__(self, name):
-        if name.startswith("__"):
-            raise AttributeError(name)
-        return None
-
-
-def _false(*args, **kwargs):
-    return False
+SHARED_EXPERT = ("shared_experts.gate_up_proj", "shared_experts.down_proj")
+MODEL_PLACEHOLDER = "{model}"
+# What stands in for what cannot run on CPU here, besides the box's GPU and packages.
+DOUBLES = (
+    "the draft is built on the host (the emulated GPU holds no tensor) in a one-rank gloo process group",
+    "not run: process_weights_after_loading and the draft's post_load_weights (GPU kernel layouts)",
+)
 
 
 def filtered_kwargs(fn, **kw):
     params = inspect.signature(fn).parameters
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+        return kw
     return {k: v for k, v in kw.items() if k in params}
 
 
-def setup_parallel() -> None:
-    """TP 1 for sglang's linear layers where the release keeps it in a runtime context."""
+# -- the draft worker's steps ----------------------------------------------------------------
+
+
+def server_args(argv: list[str]):
+    """The pin's ServerArgs for ``argv``, resolved as the launcher does."""
+    from sglang.srt.server_args import ServerArgs
+
+    parser = argparse.ArgumentParser()
+    ServerArgs.add_cli_args(parser)
+    args = ServerArgs.from_cli_args(parser.parse_args(argv))
+    if hasattr(args, "resolve_once"):  # 0.5.19 on: resolution runs on demand
+        args.resolve_once()
+    return args
+
+
+def publish(args) -> None:
+    """Make ``args`` this process's server args, as the scheduler does (rank 0 of one)."""
     try:
-        from sglang.srt.runtime_context import get_parallel
+        from sglang.srt import runtime_context
     except ImportError:
+        runtime_context = None
+    if runtime_context is not None and hasattr(runtime_context, "SpawnRanks") and \
+            "ranks" in inspect.signature(runtime_context.publish).parameters:
+        runtime_context.publish(args, role="scheduler", ranks=runtime_context.SpawnRanks(world_rank=0, gpu_id=0))
         return
-    parallel = get_parallel()
-    if hasattr(type(parallel), "override_permanently"):
-        parallel.override_permanently(tp_size=1, tp_rank=0)
+    from sglang.srt.server_args import set_global_server_args_for_scheduler
+
+    set_global_server_args_for_scheduler(args)
+    if runtime_context is not None and hasattr(runtime_context, "get_parallel"):
+        parallel = runtime_context.get_parallel()
+        if hasattr(type(parallel), "override_permanently"):
+            parallel.override_permanently(tp_size=1, tp_rank=0)
 
 
-def draft_class():
-    """The class sglang's ModelConfig gives a GlmMoeDsa draft, and its name."""
-    from sglang.srt.configs import model_config
+def init_process_group(args, model_config) -> None:
+    """A one-rank world on gloo, and sglang's model-parallel and DP-attention state on top of it.
 
-    source = inspect.getsource(model_config.ModelConfig._config_draft_model)
-    if '"GlmMoeDsaForCausalLMNextN"' in source:
-        name, module = "GlmMoeDsaForCausalLMNextN", "sglang.srt.models.glm4_moe"
-    else:
-        if "GlmMoeDsaForCausalLM" not in source:
-            raise RuntimeError("this release's ModelConfig does not turn GlmMoeDsaForCausalLM into an MTP draft")
-        name, module = "DeepseekV3ForCausalLMNextN", "sglang.srt.models.deepseek_nextn"
-    return getattr(importlib.import_module(module), name), name
+    The groups are made as for a CPU rank (``is_cuda_alike`` answers False while they are
+    built): the emulated GPU cannot hold the tensors GroupCoordinator puts on the device."""
+    from sglang.srt.distributed import init_distributed_environment, initialize_model_parallel
+    from sglang.srt.distributed import parallel_state
+    from sglang.srt.layers.dp_attention import initialize_dp_attention
 
-
-def loader_quant_config(cls, hf_config, quant_dict: dict):
-    """model_loader's get_quant_config and the draft mapper's rewrite of the exclude list."""
-    from sglang.srt.layers.quantization.quark.quark import QuarkConfig
-
-    d = copy.deepcopy(quant_dict)
-    # The draft class's mapping; DeepseekV2ForCausalLM.__init__ adds this entry (q_lora_rank set).
-    packed = dict(getattr(cls, "packed_modules_mapping", {}) or {})
-    packed.setdefault("fused_qkv_a_proj_with_mqa", ["q_a_proj", "kv_a_proj_with_mqa"])
-    d["packed_modules_mapping"] = packed
-    weight_utils = inspect.getsource(importlib.import_module("sglang.srt.model_loader.weight_utils"))
-    if 'hf_quant_config["hf_config"]' in weight_utils:
-        d["hf_config"] = hf_config
-    qc = QuarkConfig.from_config(d)
-    getter = getattr(cls, "get_hf_to_sglang_mapper", None)
-    mapper = getter(hf_config) if getter is not None else getattr(cls, "hf_to_sglang_mapper", None)
-    if mapper is not None:
-        qc.apply_weight_name_mapper(mapper)
-    return qc
-
-
-def _patch(saved: list, obj, name: str, value) -> None:
-    if hasattr(obj, name):
-        saved.append((obj, name, getattr(obj, name)))
-        setattr(obj, name, value)
-
-
-def _restore(saved: list) -> None:
-    for obj, name, value in reversed(saved):
-        setattr(obj, name, value)
-
-
-def draft_mtp_quant_config(cls, hf_config, qc):
-    """Run the draft class's own __init__; the quant config and prefix its MTP layer gets."""
-    nextn = importlib.import_module("sglang.srt.models.deepseek_nextn")
-    server_args = Permissive(enable_dp_lm_head=False, disable_shared_experts_fusion=False,
-                             speculative_draft_model_path=None, model_path="/nonexistent", quantization="quark")
-    parallel = Permissive(tp_size=1, tp_rank=0, pp_group=None, attn_cp_rank=0, attn_cp_size=1,
-                          enable_dp_lm_head=False, moe_ep_size=1)
-    captured = {}
-
-    class Recorded:
-        def __init__(self, *args, **kwargs):
-            pass
-
-    class DeepseekModelNextN(Recorded):
-        def __init__(self, config, quant_config=None, prefix="", **kwargs):
-            captured["quant_config"] = quant_config
-            captured["prefix"] = prefix
-
-    replacements = {
-        "DeepseekModelNextN": DeepseekModelNextN,
-        "ParallelLMHead": Recorded,
-        "LogitsProcessor": Recorded,
-        "get_tensor_model_parallel_world_size": lambda: 1,
-        "get_pp_group": lambda: None,
-        "get_attention_cp_rank": lambda: 0,
-        "get_attention_cp_size": lambda: 1,
-        "is_nsa_enable_prefill_cp": _false,
-        "is_dsa_enable_prefill_cp": _false,
-        "is_mla_prefill_cp_enabled": _false,
-        "get_global_server_args": lambda: server_args,
-        "get_server_args": lambda: server_args,
-        "get_parallel": lambda: parallel,
-        "get_num_fused_shared_experts": lambda: 0,
-    }
-    saved: list = []
-    for module in {nextn, sys.modules[cls.__module__]}:
-        for name, value in replacements.items():
-            _patch(saved, module, name, value)
-
-    class Draft(cls):
-        def determine_num_fused_shared_experts(self, *args, **kwargs):
-            self.num_fused_shared_experts = 0
-
-    Draft.__name__ = cls.__name__
+    if parallel_state.model_parallel_is_initialized():
+        return
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    saved = parallel_state.is_cuda_alike
+    parallel_state.is_cuda_alike = lambda: False
     try:
-        Draft(hf_config, qc, prefix="")
+        init_distributed_environment(**filtered_kwargs(
+            init_distributed_environment, backend="gloo", world_size=1, rank=0, local_rank=0,
+            distributed_init_method=f"tcp://127.0.0.1:{port}"))
+        initialize_model_parallel(**filtered_kwargs(initialize_model_parallel, tensor_model_parallel_size=1))
+        initialize_dp_attention(**filtered_kwargs(initialize_dp_attention, server_args=args, model_config=model_config))
     finally:
-        _restore(saved)
-    return captured["quant_config"], captured["prefix"]
+        parallel_state.is_cuda_alike = saved
 
 
-def build_layers(qc) -> dict:
-    """The MTP modules as sglang builds them with the draft's quant config, TP 1."""
+@contextlib.contextmanager
+def recorded_prefixes(quant_config, asked: dict):
+    """Record, per layer object, the prefix sglang asks the quant config (and its copies) about."""
+    if quant_config is None:
+        yield
+        return
+    cls = type(quant_config)
+    original = cls.get_quant_method
+
+    def get_quant_method(self, layer, prefix, *args, **kwargs):
+        asked[id(layer)] = (prefix, type(self).__name__)
+        return original(self, layer, prefix, *args, **kwargs)
+
+    cls.get_quant_method = get_quant_method
+    try:
+        yield
+    finally:
+        cls.get_quant_method = original
+
+
+def build_draft(args, folder: str):
+    """The draft model for ``folder`` as sglang's loader builds it; with what the quant config was
+    asked per layer, the model config and the load config."""
     import torch
+    from sglang.srt.configs.load_config import LoadConfig
+    from sglang.srt.configs.model_config import ModelConfig
+    from sglang.srt.model_loader import loader
+    from sglang.srt.model_loader.utils import set_default_torch_dtype
 
-    from sglang.srt.layers.linear import ReplicatedLinear, RowParallelLinear
-    from sglang.srt.models import deepseek_nextn
-    from sglang.srt.models.deepseek_v2 import DeepseekV2MLP
+    model_config = ModelConfig.from_server_args(
+        args, **filtered_kwargs(ModelConfig.from_server_args, model_path=folder, is_draft_model=True))
+    init_process_group(args, model_config)
+    load_config = LoadConfig(**filtered_kwargs(LoadConfig, load_format="auto"))
+    quant_config = loader._get_quantization_config(model_config, load_config)
+    asked: dict = {}
+    with recorded_prefixes(quant_config, asked), set_default_torch_dtype(model_config.dtype), torch.device("cpu"):
+        model = loader._initialize_model(model_config, load_config, quant_config)
+    return model, asked, model_config, load_config
 
-    tp = dict(tp_rank=0, tp_size=1)
-    torch.set_default_dtype(torch.bfloat16)
-    dsv2 = sys.modules[DeepseekV2MLP.__module__]
-    saved: list = []
-    # The activation reads global server args when built; it plays no part here.
-    _patch(saved, dsv2, "SiluAndMul", torch.nn.Identity)
-    try:
-        mlp = DeepseekV2MLP(**filtered_kwargs(
-            DeepseekV2MLP.__init__, hidden_size=H, intermediate_size=I, hidden_act="silu", quant_config=qc,
-            reduce_results=False, prefix=MODULES["shared_experts.gate_up_proj"][0].rsplit(".", 1)[0], **tp))
-        layers = {"shared_experts.gate_up_proj": mlp.gate_up_proj, "shared_experts.down_proj": mlp.down_proj}
-        # eh_proj is a quantizable ReplicatedLinear only where the release builds it so (0.5.11 on).
-        if "ReplicatedLinear(" in inspect.getsource(deepseek_nextn.DeepseekModelNextN):
-            layers["eh_proj"] = ReplicatedLinear(2 * H, H, bias=False, quant_config=qc, prefix=MODULES["eh_proj"][0],
-                                                 **filtered_kwargs(ReplicatedLinear.__init__, **tp))
-        layers[CONTROL] = RowParallelLinear(
-            O_PROJ_IN, H, bias=False, quant_config=qc, prefix=MODULES[CONTROL][0],
-            **filtered_kwargs(RowParallelLinear.__init__, reduce_results=False, **tp))
-    finally:
-        _restore(saved)
-        torch.set_default_dtype(torch.float32)
-    return layers
+
+def checkpoint_tensors(model, model_config, load_config) -> dict:
+    """Every tensor of the checkpoint, read by the default loader's own weights iterator."""
+    from sglang.srt.model_loader.loader import DefaultModelLoader
+
+    return dict(DefaultModelLoader(load_config)._get_all_weights(model_config, model))
+
+
+# -- what the built draft says -----------------------------------------------------------------
+
+
+def find(model, relative: str) -> list[tuple[str, object]]:
+    return [(name, module) for name, module in model.named_modules()
+            if name == relative or name.endswith("." + relative)]
 
 
 def quant_method_name(layer) -> str:
     method = getattr(layer, "quant_method", None)
+    if method is None:
+        where = "torch.nn." if type(layer).__module__.startswith("torch.nn") else f"{type(layer).__module__}."
+        return f"{where}{type(layer).__name__} (no quant method)"
     name = type(method).__name__
     scheme = getattr(layer, "scheme", None)
     if scheme is not None and not name.startswith("Unquantized"):
@@ -306,219 +195,133 @@ def quant_method_name(layer) -> str:
     return name
 
 
-def read_checkpoint(folder: str) -> dict:
-    """Every tensor of the folder's safetensors files, read with sglang's own iterator."""
-    from sglang.srt.model_loader import weight_utils
-
-    files = sorted(glob.glob(os.path.join(folder, "*.safetensors")))
-    if not files:
-        return {}
-    return dict(weight_utils.safetensors_weights_iterator(files))
+def is_unquantized(layer) -> bool:
+    method = getattr(layer, "quant_method", None)
+    return method is None or type(method).__name__.startswith("Unquantized")
 
 
-def load_module(key: str, layer, tensors: dict, layer_id: int) -> tuple[str, str]:
-    """Feed the module's checkpoint tensors through its parameter's weight_loader."""
+def draft_fusion(model) -> tuple[str, str]:
+    """('on' | 'off' | 'unavailable: ...', how it was read): whether the draft's MoE layer fused
+    its shared expert into the routed experts, as sglang decided while building it. The MoE's
+    own ``num_fused_shared_experts`` decides what is built; the draft model's, what its weight
+    loader expects. Where they disagree the MoE's is the answer, and the detail says so."""
+    draft = getattr(model, "num_fused_shared_experts", None)
+    moe = [(name, module.num_fused_shared_experts) for name, module in model.named_modules()
+           if name.endswith(".mlp") and isinstance(getattr(module, "num_fused_shared_experts", None), int)]
+    if len(moe) == 1:
+        name, value = moe[0]
+        detail = f"{name}.num_fused_shared_experts = {value}"
+        if isinstance(draft, int) and draft != value:
+            detail += f", but the draft's own num_fused_shared_experts = {draft} (its weight loader expects the other layout)"
+        return ("on" if value > 0 else "off"), detail
+    if isinstance(draft, int):
+        return ("on" if draft > 0 else "off"), f"the draft's num_fused_shared_experts = {draft}"
+    return "unavailable: neither the draft nor its MoE layer has num_fused_shared_experts", ""
+
+
+def load_module(model, layer, names: list[str], tensors: dict) -> tuple[str, str]:
+    """Feed the module's checkpoint tensors through the draft's load_weights and compare."""
     import torch
 
-    names = [f"model.layers.{layer_id}.{name}" for name in MODULES[key][1]]
     present = [name for name in names if name in tensors]
     if not present:
         return "absent", "no tensor for it in the checkpoint"
     if len(present) != len(names):
         return "absent", f"only {', '.join(present)} in the checkpoint"
-    param = dict(layer.named_parameters())["weight"]
-    loader = getattr(param, "weight_loader", None) or layer.weight_loader
-    shards = [(index if len(names) > 1 else None, tensors[name]) for index, name in enumerate(names)]
-    full = torch.cat([tensor for _, tensor in shards], dim=0)
-    shape = f"param {str(param.dtype).removeprefix('torch.')}{list(param.shape)} <- checkpoint {str(full.dtype).removeprefix('torch.')}{list(full.shape)}"
+    param = dict(layer.named_parameters()).get("weight")
+    if param is None:
+        return "no-weight", f"{type(layer).__name__} has no weight parameter"
+    full = torch.cat([tensors[name] for name in names], dim=0)
+    before = param.data.clone()
+    shape = (f"param {str(param.dtype).removeprefix('torch.')}{list(param.shape)} <- checkpoint "
+             f"{str(full.dtype).removeprefix('torch.')}{list(full.shape)}")
+    fits = param.dtype == full.dtype and param.shape == full.shape
     try:
-        for shard_id, tensor in shards:
-            if shard_id is None:
-                loader(param, tensor)
-            else:
-                loader(param, tensor, shard_id)
-    except Exception as exc:  # noqa: BLE001 - the loader's refusal is the answer
-        message = (str(exc).strip().splitlines() or [""])[0][:120]
-        return "shape-mismatch", f"{type(exc).__name__}: {message} [{shape}]"
+        model.load_weights([(name, tensors[name]) for name in names])
+    except Exception as exc:  # noqa: BLE001 - judged below
+        message = f"{type(exc).__name__}: {(str(exc).strip().splitlines() or [''])[0][:160]}"
+        if fits:  # the parameter could hold the tensor exactly: this is not the bug, it is a failure
+            return "error", f"{message} [{shape}]"
+        return "shape-mismatch", f"{message} [{shape}]"
     if param.dtype != full.dtype or param.shape != full.shape:
         return "silent-wrong", f"no error, but the tensor was narrowed/cast [{shape}]"
+    if torch.equal(param.data, before) and not torch.equal(full, before):
+        return "not-loaded", f"load_weights left the parameter as it was [{shape}]"
     if not torch.equal(param.data, full):
         return "wrong-values", f"loaded values differ from the checkpoint [{shape}]"
     return "ok", f"loaded exactly [{shape}]"
 
 
-def draft_fusion(cls, hf_config, qc) -> str:
-    """'on' / 'off' / 'unknown (...)': the release's own decision to fuse the draft's shared
-    expert into its routed MoE on the emulated GPU, default flags."""
-    dsv2 = importlib.import_module("sglang.srt.models.deepseek_v2")
-    nextn = importlib.import_module("sglang.srt.models.deepseek_nextn")
-    server_args = Permissive(disable_shared_experts_fusion=False, enforce_shared_experts_fusion=False)
-    a2a = Permissive(is_deepep=_false, is_mori=_false, is_none=lambda: True)
-    moe_flags = Permissive(enforce_shared_experts_fusion=False, disable_shared_experts_fusion=False,
-                           enable_waterfill=False)
-    parallel = Permissive(tp_size=1, tp_rank=0, pp_group=None, attn_cp_rank=0, attn_cp_size=1,
-                          enable_dp_lm_head=False, moe_ep_size=1)
-    saved: list = []
-    try:
-        modules = {dsv2, nextn, sys.modules[cls.__module__],
-                   importlib.import_module("sglang.srt.layers.quantization.quark.quark")}
-        for module in modules:
-            _patch(saved, module, "_is_hip", True)
-            _patch(saved, module, "_is_cuda", False)
-            _patch(saved, module, "_is_musa", False)
-            _patch(saved, module, "get_global_server_args", lambda: server_args)
-            _patch(saved, module, "get_server_args", lambda: server_args)
-            _patch(saved, module, "get_moe_expert_parallel_world_size", lambda: 1)
-            _patch(saved, module, "get_moe_a2a_backend", lambda: a2a)
-            _patch(saved, module, "get_moe_runner_backend", lambda: Permissive(is_marlin=_false))
-            for name in ("is_sbo_enabled", "is_tbo_enabled", "is_deepep_class_backend", "is_sm90_supported",
-                         "is_nsa_enable_prefill_cp", "is_dsa_enable_prefill_cp", "is_mla_prefill_cp_enabled"):
-                _patch(saved, module, name, _false)
-            _patch(saved, module, "get_parallel", lambda: parallel)
-            _patch(saved, module, "get_exec", lambda: Permissive(moe=moe_flags))
-            _patch(saved, module, "get_tensor_model_parallel_world_size", lambda: 1)
-            _patch(saved, module, "get_pp_group", lambda: None)
-        try:  # 0.5.16 records a disabled fusion through the runtime context
-            overrides = importlib.import_module("sglang.srt.arg_groups.overrides")
-            _patch(saved, overrides, "declare_load_time_override", lambda *a, **k: None)
-        except ImportError:
-            pass
-        gate = getattr(cls, "shared_experts_fusion_disable_reason", None)
-        if gate is not None:  # 0.5.22 on: decided by the loader before the model is built
-            return "off" if gate(hf_config, qc) else "on"
-
-        class _Stop(Exception):
-            pass
-
-        def stop(*args, **kwargs):
-            raise _Stop
-
-        holder = {}
-        for module in {nextn, sys.modules[cls.__module__]}:
-            # stop right before the MTP layer is built: the decision is settled by then
-            _patch(saved, module, "DeepseekModelNextN", stop)
-
-        class Probe(cls):
-            def determine_num_fused_shared_experts(self, *args, **kwargs):
-                super().determine_num_fused_shared_experts(*args, **kwargs)
-                holder["draft"] = self
-
-        Probe.__name__ = cls.__name__
-        try:
-            Probe(hf_config, qc, prefix="")
-        except _Stop:
-            pass
-        draft = holder.get("draft")
-        if draft is None:
-            return "unknown (the draft never decided)"
-        return "on" if draft.num_fused_shared_experts > 0 else "off"
-    except Exception as exc:  # noqa: BLE001 - a best-effort extra, reported as such
-        return f"unknown ({type(exc).__name__}: {str(exc)[:80]})"
-    finally:
-        _restore(saved)
-
-
-def resolve(cls, hf_config, quant_dict: dict, checkpoint: str) -> dict:
-    """One checkpoint: per MTP module its prefix, quant method and load outcome."""
+def resolve(args, folder: str, context) -> dict:
+    """One checkpoint folder: the draft's prefix, fusion, and per module what it got."""
+    standins.reset_calls()
+    context.phase(f"{os.path.basename(folder)}: build the draft")
+    model, asked, model_config, load_config = build_draft(args, folder)
+    hf_config = model_config.hf_config
     layer_id = 0 if hf_config.num_hidden_layers == 1 else hf_config.num_hidden_layers
-    qc = loader_quant_config(cls, hf_config, quant_dict)
-    mtp_qc, mtp_prefix = draft_mtp_quant_config(cls, hf_config, qc)
-    answer = {"draft_prefix": mtp_prefix,
-              "draft_quant_config": None if mtp_qc is None else type(mtp_qc).__name__,
-              "exclude": list(quant_dict.get("exclude") or []), "modules": {}}
-    tensors = read_checkpoint(checkpoint)
-    for key, layer in build_layers(mtp_qc).items():
-        method = quant_method_name(layer)
-        load, detail = load_module(key, layer, tensors, layer_id)
+    fusion, fusion_detail = draft_fusion(model)
+    answer: dict = {"draft_class": type(model).__name__, "draft_fusion": fusion, "draft_fusion_detail": fusion_detail,
+                    "exclude": list((getattr(hf_config, "quantization_config", None) or {}).get("exclude") or []),
+                    "modules": {}, "missing": []}
+    decoder = find(model, "self_attn")
+    answer["draft_prefix"] = decoder[0][0].rsplit(".", 2)[0] if decoder and decoder[0][0].count(".") >= 2 else ""
+    answer["draft_layer"] = decoder[0][0].rsplit(".", 1)[0] if decoder else None
+    layer_quant = [asked.get(id(module)) for name, module in model.named_modules()
+                   if answer["draft_layer"] and name.startswith(answer["draft_layer"] + ".")]
+    answer["draft_quant_config"] = next((q[1] for q in layer_quant if q), None)
+    context.phase(f"{os.path.basename(folder)}: read the checkpoint")
+    tensors = checkpoint_tensors(model, model_config, load_config)
+    # The draft's post_load_weights (MLA weight absorption of kv_b_proj into w_kc/w_vc, on the
+    # device) prepares GPU kernel layouts and cannot run here; it touches no module checked.
+    model.post_load_weights = lambda *args, **kwargs: None
+    experts = find(model, "mlp.experts")
+    for key, (relative, weights) in MODULES.items():
+        names = [f"model.layers.{layer_id}.{w}" for w in weights]
+        found = find(model, relative)
+        if len(found) != 1:
+            if key in SHARED_EXPERT and answer["draft_fusion"] == "on" and len(experts) == 1:
+                path, moe = experts[0]
+                answer["modules"][key] = {
+                    "prefix": None, "module": None, "fused_into": path, "checkpoint_names": names,
+                    "quant_method": quant_method_name(moe), "unquantized": is_unquantized(moe),
+                    "load": "fused", "load_detail": f"built into the routed experts {path}, not as a module of its own"}
+            else:
+                answer["missing"].append(f"{relative}: {len(found)} modules match" if found else relative)
+            continue
+        path, layer = found[0]
+        context.phase(f"{os.path.basename(folder)}: load {key}")
+        load, detail = load_module(model, layer, names, tensors)
+        prefix, _ = asked.get(id(layer), (None, None))
         answer["modules"][key] = {
-            "prefix": MODULES[key][0],
-            "checkpoint_names": [f"model.layers.{layer_id}.{name}" for name in MODULES[key][1]],
-            "quant_method": method,
-            "unquantized": method.startswith("Unquantized"),
-            "load": load,
-            "load_detail": detail,
-        }
-    answer["draft_fusion"] = draft_fusion(cls, hf_config, loader_quant_config(cls, hf_config, quant_dict))
+            "prefix": prefix if prefix is not None else path, "module": path,
+            "quant_config_asked": prefix is not None, "checkpoint_names": names,
+            "quant_method": quant_method_name(layer), "unquantized": is_unquantized(layer),
+            "load": load, "load_detail": detail}
+    answer["standins_called"] = standins.calls()
+    answer["standin_reads"] = standins.reads()
     return answer
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", required=True, help="where the JSON answer goes")
-    parser.add_argument("--checkpoint", help="a checkpoint folder (config.json + *.safetensors)")
-    parser.add_argument("--arch", default="gfx950:sramecc+:xnack-", help="the emulated GPU")
-    args = parser.parse_args(argv)
-    result: dict = {"ok": False}
-    try:
-        run(args, result)
-        result["ok"] = True
-    except Exception as exc:  # noqa: BLE001 - the parent reports it
-        result["error"] = f"{type(exc).__name__}: {exc}"
-        result["traceback"] = traceback.format_exc(limit=-8)
-    with open(args.out, "w") as handle:
-        json.dump(result, handle, indent=1, default=str)
-    return 0 if result["ok"] else 1
+def run(spec: dict, context) -> dict:
+    cases = spec.get("cases")
+    if not cases:
+        context.phase("write the checkpoints")
+        root = os.path.join(context.workdir, "mtp-checkpoints")
+        cases = {s: quark_checkpoint.write_mtp_checkpoint(os.path.join(root, s), s, seed=i)
+                 for i, s in enumerate(quark_checkpoint.SPELLINGS)}
+    first = next(iter(cases.values()))
+    context.phase("resolve the server args")
+    args = server_args([first if a == MODEL_PLACEHOLDER else a for a in spec["argv"]])
+    publish(args)
+    result: dict = {"cases": {}, "doubles": list(DOUBLES), "server_args": {
+        name: getattr(args, name, None) for name in ("tp_size", "speculative_algorithm", "kv_cache_dtype",
+                                                     "disable_shared_experts_fusion", "device")}}
+    for case, folder in cases.items():
+        try:
+            result["cases"][case] = resolve(args, folder, context)
+        except Exception as exc:  # noqa: BLE001 - one case failing is an answer about it
+            import traceback
 
-
-def run(args, result: dict) -> None:
-    started = time.time()
-    warnings.filterwarnings("ignore")
-    logging.disable(logging.WARNING)
-    with tempfile.TemporaryDirectory(prefix="sglpatch-mtp-") as work:
-        import hip_emulation
-        import standins
-
-        # torchvision: the index's wheel does not load beside torch 2.13 CPU; cutlass and
-        # cuda-python: 0.5.15's DSA indexer imports them unguarded. sgl_kernel: only kvcacheio
-        # (0.5.10's host memory pool imports it unguarded); a catch-all would break sglang's own
-        # checks for missing kernels.
-        result["standins"] = standins.install(
-            "torchvision", "cutlass", "cuda", partial={"sgl_kernel": ["sgl_kernel.kvcacheio"]})
-        import torch  # noqa: F401
-        from transformers import PretrainedConfig
-
-        from sglang.srt.layers.quantization.quark import quark
-
-        # The GPU double comes after sglang's import: emulated at import time, sglang's module-level
-        # HIP flags pull in ROCm-only imports (sgl_kernel's ROCm ops, triton's HIP driver) that a
-        # CPU machine cannot provide. The runtime queries (device capability, which Quark asserts
-        # on) answer as the emulated GPU; the fusion check sets the HIP flags it reads itself.
-        hip_emulation.emulate(args.arch, workdir=os.path.join(work, "rocm"))
-        result["emulated_gpu"] = args.arch
-
-        tree = os.environ.get("SGLPATCH_TREE")
-        if tree and not os.path.abspath(quark.__file__).startswith(os.path.abspath(tree)):
-            raise RuntimeError(f"sglang was imported from {quark.__file__}, not from the tree {tree}")
-        from sglang.version import __version__
-
-        result["sglang"] = __version__
-        result["import_s"] = round(time.time() - started, 1)
-        setup_parallel()
-        cls, name = draft_class()
-        result["draft_class"] = name
-        result["draft_import_s"] = round(time.time() - started - result["import_s"], 1)
-        if args.checkpoint:
-            cases = {"checkpoint": args.checkpoint}
-        else:
-            cases = {s: write_checkpoint(os.path.join(work, s), s, seed=i) for i, s in enumerate(SPELLINGS)}
-        result["cases"] = {}
-        for case, folder in cases.items():
-            with open(os.path.join(folder, "config.json")) as handle:
-                config = json.load(handle)
-            quant_dict = config.pop("quantization_config", None)
-            if not quant_dict or quant_dict.get("quant_method") != "quark":
-                raise RuntimeError(f"{folder}/config.json has no Quark quantization_config")
-            hf_config = PretrainedConfig(**config)
-            hf_config.architectures = [name]  # as ModelConfig._config_draft_model does
-            case_started = time.time()
-            try:
-                result["cases"][case] = resolve(cls, hf_config, quant_dict, folder)
-                result["cases"][case]["seconds"] = round(time.time() - case_started, 1)
-            except Exception as exc:  # noqa: BLE001 - one case failing is an answer about it
-                result["cases"][case] = {"error": f"{type(exc).__name__}: {exc}",
-                                         "traceback": traceback.format_exc(limit=-8)}
-    result["total_s"] = round(time.time() - started, 1)
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+            result["cases"][case] = {"error": f"{type(exc).__name__}: {exc}"[:2000],
+                                     "phase": context.phase_name, "traceback": traceback.format_exc(limit=-8)}
+    return result

@@ -1,14 +1,31 @@
 """Synthetic Quark MXFP4 checkpoints, as Quark writes them, for the probes and the tests.
 
-One definition of the ``quantization_config`` (MXFP4 weights and activations, an exclude list)
-and of the bf16 tensors an excluded module is stored with, shared by the MTP witness's probe, the
-matrix's GLM checkpoint probe and the tests. ``quark_config_dict`` needs only the standard
-library, so the test process imports it too (``sglpatch.witnesses.probes.quark_checkpoint``).
+One definition of the ``quantization_config`` (MXFP4 weights and activations, an exclude list),
+of the tiny GLM-5-shaped model the MTP witness builds, and of the bf16 tensors an excluded module
+is stored with, shared by the MTP witness's probe, the matrix's GLM checkpoint probe and the
+tests. Only the standard library is used (the safetensors file is written by hand), so the test
+process and ``sglpatch`` itself import it too (``sglpatch.witnesses.probes.quark_checkpoint``).
 """
 
 from __future__ import annotations
 
+import json
 import os
+import random
+import struct
+
+N = 2  # num_hidden_layers of the tiny model: its MTP layer is model.layers.2.*
+H = 64  # hidden_size
+I = 32  # moe_intermediate_size (one shared expert)
+SPELLINGS = ("fused", "unfused", "regex", "none")
+# The MTP layer's modules a GLM-5.2 Quark checkpoint keeps bf16, by the names of their weights
+# in the checkpoint, relative to model.layers.{N}: (rows, columns) of each.
+MTP_BF16_TENSORS = {
+    "mlp.shared_experts.gate_proj.weight": (I, H),
+    "mlp.shared_experts.up_proj.weight": (I, H),
+    "mlp.shared_experts.down_proj.weight": (H, I),
+    "eh_proj.weight": (H, 2 * H),
+}
 
 
 def _mxfp4(dynamic: bool) -> dict:
@@ -33,11 +50,68 @@ def quark_config_dict(exclude: list[str]) -> dict:
     }
 
 
-def save_bf16_tensors(folder: str, shapes: dict[str, tuple[int, ...]], seed: int) -> None:
-    """``model-mtp.safetensors`` in ``folder``: seeded random bf16 tensors of the given shapes."""
-    import torch
-    from safetensors.torch import save_file
+def hf_config_dict(num_layers: int = N) -> dict:
+    """A GLM-5 config.json (GlmMoeDsaForCausalLM), tiny: the fields sglang's DeepSeek-family
+    code reads (MoE routing, MLA ranks, the DSA indexer), 256 routed experts and one shared as
+    GLM-5, widths divided down."""
+    return dict(
+        architectures=["GlmMoeDsaForCausalLM"], model_type="glm_moe_dsa", num_hidden_layers=num_layers,
+        num_nextn_predict_layers=1, hidden_size=H, intermediate_size=2 * H, moe_intermediate_size=I,
+        n_shared_experts=1, n_routed_experts=256, num_experts_per_tok=2, n_group=1, topk_group=1,
+        first_k_dense_replace=0, moe_layer_freq=1, topk_method="noaux_tc", scoring_func="sigmoid",
+        routed_scaling_factor=2.5, norm_topk_prob=True, num_attention_heads=2, num_key_value_heads=2,
+        q_lora_rank=32, kv_lora_rank=16, qk_nope_head_dim=8, qk_rope_head_dim=8, v_head_dim=8,
+        index_topk=16, index_head_dim=16, index_n_heads=2, vocab_size=128, rms_norm_eps=1e-5,
+        hidden_act="silu", max_position_embeddings=256, rope_theta=10000.0, tie_word_embeddings=False,
+        torch_dtype="bfloat16",
+    )
 
-    generator = torch.Generator().manual_seed(seed)
-    tensors = {name: torch.randn(shape, generator=generator).to(torch.bfloat16) for name, shape in shapes.items()}
-    save_file(tensors, os.path.join(folder, "model-mtp.safetensors"))
+
+def exclude_list(spelling: str, layer: int = N) -> list[str]:
+    """Quark's exclude list keeping the MTP shared expert and eh_proj bf16, spelled one way:
+    ``fused`` (gate_up_proj), ``unfused`` (gate_proj/up_proj, as Quark writes them), ``regex``
+    (``re:`` patterns), ``none`` (a control: nothing of the MTP layer excluded)."""
+    L = f"model.layers.{layer}"
+    if spelling == "fused":
+        return ["lm_head", f"{L}.mlp.shared_experts.gate_up_proj", f"{L}.mlp.shared_experts.down_proj", f"{L}.eh_proj"]
+    if spelling == "unfused":
+        return ["lm_head", f"{L}.mlp.shared_experts.gate_proj", f"{L}.mlp.shared_experts.up_proj",
+                f"{L}.mlp.shared_experts.down_proj", f"{L}.eh_proj"]
+    if spelling == "regex":
+        return ["lm_head", rf"re:model\.layers\.{layer}\.mlp\.shared_experts\..*", rf"re:model\.layers\.{layer}\.eh_proj$"]
+    if spelling == "none":
+        return ["lm_head"]
+    raise ValueError(spelling)
+
+
+def write_mtp_checkpoint(folder: str, spelling: str, seed: int = 0) -> str:
+    """config.json (tiny GLM-5, Quark MXFP4, the MTP exclusions spelled ``spelling``) and one
+    safetensors file holding the MTP layer's shared expert and eh_proj in bf16 at full width."""
+    config = hf_config_dict()
+    config["quantization_config"] = quark_config_dict(exclude_list(spelling))
+    os.makedirs(folder, exist_ok=True)
+    with open(os.path.join(folder, "config.json"), "w") as handle:
+        json.dump(config, handle, indent=1)
+    # The control writes the same tensors: sglang refuses a checkpoint without weights.
+    save_bf16_tensors(folder, {f"model.layers.{N}.{name}": shape for name, shape in MTP_BF16_TENSORS.items()}, seed)
+    return folder
+
+
+def save_bf16_tensors(folder: str, shapes: dict[str, tuple[int, ...]], seed: int) -> None:
+    """``model-mtp.safetensors`` in ``folder``: seeded random bf16 tensors of the given shapes,
+    written in the safetensors format by hand (an 8-byte header length, the JSON header, data)."""
+    rng = random.Random(seed)
+    header, blobs, offset = {}, [], 0
+    for name, shape in shapes.items():
+        count = 1
+        for size in shape:
+            count *= size
+        # bf16 is the high half of a float32; values in [-1, 1) are finite and exact in bf16.
+        data = b"".join(struct.pack("<f", rng.uniform(-1, 1))[2:] for _ in range(count))
+        header[name] = {"dtype": "BF16", "shape": list(shape), "data_offsets": [offset, offset + len(data)]}
+        blobs.append(data)
+        offset += len(data)
+    text = json.dumps(header, separators=(",", ":")).encode()
+    text += b" " * (-len(text) % 8)
+    with open(os.path.join(folder, "model-mtp.safetensors"), "wb") as handle:
+        handle.write(struct.pack("<Q", len(text)) + text + b"".join(blobs))

@@ -2,14 +2,23 @@
 
 sglang imports GPU-only packages (sgl_kernel, aiter, cutlass, cuda-python) and torchvision, whose
 wheel from the index does not load beside torch 2.13 CPU. The probes need sglang's Python code,
-not those packages, so each one that does not import here is replaced by a module whose every
-attribute is a placeholder: usable as a class (in annotations, ``isinstance``, as a base class),
-as a decorator (returns the function unchanged), called (returns another placeholder), and in
-attribute chains. ``install`` returns what it stood in for, so every probe reports its doubles.
+not those packages. Two kinds of double, both returned by ``install`` so every probe reports them:
 
-A catch-all can be wrong where sglang probes for a feature (``hasattr(sgl_kernel, "x")`` picks a
-fallback when absent): ``partial`` stands in for a bare top-level module that has only the listed
-submodules, so everything else stays "not installed" and sglang keeps its CPU fallbacks.
+- a **catch-all** (``install(root)``): every attribute of the module and its submodules is a
+  placeholder, usable as a class (in annotations, ``isinstance``, as a base class), as a decorator
+  (returns the function unchanged), called (returns another placeholder), and in attribute chains.
+  Only for packages whose features sglang never probes on the witnessed paths (torchvision).
+- a **named** stand-in (``install(names={module: [attribute, ...]})``): the module has exactly the
+  listed attributes, each a placeholder, and the listed modules' parent packages exist bare. Any
+  other attribute is missing (``hasattr`` is False, ``from m import x`` fails) and any other
+  submodule does not import, so sglang's own feature probes (``hasattr(sgl_kernel, "op")``, a
+  guarded ``from aiter import op``) see what a box without that op sees, and a new unguarded
+  import in a release fails loudly instead of being papered over.
+
+Placeholders record the calls made to them (``calls()``), and named stand-ins record every
+attribute read from them that is not a ``from m import name`` statement, present or absent
+(``reads()``): a probe can say which doubles its answer actually went through, and show that a
+judged code path read nothing from them (no ``hasattr`` probe, no version check, no call).
 
 Runs inside the probe's interpreter, before sglang is imported (no sglpatch imports here).
 """
@@ -22,6 +31,76 @@ import importlib.abc
 import importlib.machinery
 import sys
 import types
+
+_CALLS: dict[str, int] = {}
+_READS: dict[str, str] = {}
+# What the import machinery reads from any module; not sglang looking at the package.
+_MACHINERY = frozenset({
+    "__spec__", "__path__", "__name__", "__loader__", "__dict__", "__class__", "__package__", "__file__",
+    "__cached__", "__builtins__", "__getattr__", "__getattribute__", "__setattr__", "__dir__", "__doc__",
+    "__qualname__", "__module__", "_sglpatch_standin", "__origin__", "__wrapped__", "__mro_entries__",
+    "__annotations__", "__init_subclass__", "__reduce__", "__reduce_ex__", "__repr__", "__str__",
+})
+
+
+def calls() -> list[str]:
+    """The stand-ins called since the last ``reset_calls`` (as functions or constructors)."""
+    return sorted(_CALLS)
+
+
+def reads() -> list[str]:
+    """Attributes read from named stand-ins since the last ``reset_calls``, other than by
+    ``from m import name``: ``module.name (how, where)``, ``absent`` for a name it does not have."""
+    return [f"{name} ({how})" for name, how in sorted(_READS.items())]
+
+
+def reset_calls() -> None:
+    _CALLS.clear()
+    _READS.clear()
+
+
+def _import_statement(frame) -> bool:
+    """Whether the attribute is being read by a ``from m import name`` (IMPORT_FROM, or the import
+    machinery's ``_handle_fromlist``)."""
+    import dis
+
+    if frame is None:
+        return False
+    if frame.f_code.co_filename.startswith("<frozen importlib"):
+        return True
+    return dis.opname[frame.f_code.co_code[frame.f_lasti]] == "IMPORT_FROM"
+
+
+def _where(frame) -> str:
+    """``file:line``, and whether the reading code is a module's top level (run at its import)."""
+    while frame is not None and frame.f_code.co_filename.startswith("<frozen"):
+        frame = frame.f_back
+    if frame is None:
+        return "?"
+    where = f"{frame.f_code.co_filename.split('/python/')[-1]}:{frame.f_lineno}"
+    return f"{where}, module level" if frame.f_code.co_name == "<module>" else where
+
+
+class _NamedModule(types.ModuleType):
+    def __getattribute__(self, name):
+        if name not in _MACHINERY:
+            import sys as _sys
+
+            caller = _sys._getframe(1)
+            if not _import_statement(caller):
+                module = types.ModuleType.__getattribute__(self, "__name__")
+                _READS.setdefault(f"{module}.{name}", f"read at {_where(caller)}")
+        return types.ModuleType.__getattribute__(self, name)
+
+    def __getattr__(self, name):  # only for names the module does not have
+        if name not in _MACHINERY:
+            import sys as _sys
+
+            caller = _sys._getframe(1)
+            module = types.ModuleType.__getattribute__(self, "__name__")
+            how = "imported" if _import_statement(caller) else "probed"
+            _READS[f"{module}.{name}"] = f"absent, {how} at {_where(caller)}"
+        raise AttributeError(name)
 
 
 class _PlaceholderMeta(type):
@@ -37,6 +116,7 @@ class _PlaceholderMeta(type):
             return super().__call__(*args, **kwargs)  # a real class that subclasses a placeholder
         if len(args) == 1 and not kwargs and callable(args[0]):
             return args[0]  # used as a decorator at import time
+        _CALLS[cls.__qualname__] = _CALLS.get(cls.__qualname__, 0) + 1
         return placeholder(f"{cls.__qualname__}()")
 
     def __repr__(cls):
@@ -47,7 +127,7 @@ def placeholder(qualname: str) -> type:
     return _PlaceholderMeta(qualname.rsplit(".", 1)[-1], (), {"__qualname__": qualname, "_sglpatch_standin": True})
 
 
-class _StandInModule(types.ModuleType):
+class _CatchAllModule(types.ModuleType):
     def __getattr__(self, name):
         if name.startswith("__"):
             raise AttributeError(name)
@@ -64,28 +144,51 @@ def _torchvision_transforms(module: types.ModuleType) -> None:
 
 
 _SHAPES = {"torchvision.transforms": _torchvision_transforms}
+STANDIN_VERSION = "0.0.0+standin"
 
 
-class _Finder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
-    def __init__(self, names: set[str], prefixes: tuple[str, ...]):
-        self.names = names
-        self.prefixes = prefixes
+class _CatchAllFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    def __init__(self, root: str):
+        self.root = root
 
     def find_spec(self, fullname, path=None, target=None):
-        if fullname in self.names or fullname.startswith(self.prefixes):
+        if fullname == self.root or fullname.startswith(self.root + "."):
             return importlib.machinery.ModuleSpec(fullname, self, is_package=True)
         return None
 
     def create_module(self, spec):
-        module = _StandInModule(spec.name)
+        module = _CatchAllModule(spec.name)
         module.__path__ = []
-        module.__version__ = "0.0.0+standin"
+        module.__version__ = STANDIN_VERSION
         return module
 
     def exec_module(self, module):
         shape = _SHAPES.get(module.__name__)
         if shape is not None:
             shape(module)
+
+
+class _NamedFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """Modules with exactly the listed attributes; their parent packages exist, bare."""
+
+    def __init__(self, names: dict[str, list[str]]):
+        self.names = names
+        self.packages = {name.rsplit(".", i)[0] for name in names for i in range(name.count(".") + 1)}
+
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname in self.packages:
+            return importlib.machinery.ModuleSpec(fullname, self, is_package=True)
+        return None
+
+    def create_module(self, spec):
+        return _NamedModule(spec.name)
+
+    def exec_module(self, module):
+        module.__path__ = []
+        module.__version__ = STANDIN_VERSION
+        module._sglpatch_standin = True
+        for attribute in self.names.get(module.__name__, []):
+            setattr(module, attribute, placeholder(f"{module.__name__}.{attribute}"))
 
 
 def _imports(root: str) -> bool:
@@ -98,25 +201,23 @@ def _imports(root: str) -> bool:
         return False
 
 
-def install(*roots: str, partial: dict[str, list[str]] | None = None) -> list[str]:
-    """Stand in for each of ``roots`` (and its submodules) that does not import here.
-
-    ``partial`` maps a root to the only submodules it gets, each a catch-all; the root itself is a
-    bare module. Returns the names stood in for.
-    """
+def install(*roots: str, names: dict[str, list[str]] | None = None) -> list[str]:
+    """Stand in for each of ``roots`` (catch-all) and each root of ``names`` (exactly the listed
+    attributes per module) that does not import here. Returns what was stood in, as
+    ``root`` for a catch-all and ``root{module: attributes, ...}`` counts for a named one."""
     installed = []
     for root in roots:
         if _imports(root):
             continue
-        sys.meta_path.insert(0, _Finder({root}, (root + ".",)))
+        sys.meta_path.insert(0, _CatchAllFinder(root))
         installed.append(root)
-    for root, submodules in (partial or {}).items():
+    by_root: dict[str, dict[str, list[str]]] = {}
+    for module, attributes in (names or {}).items():
+        by_root.setdefault(module.split(".")[0], {})[module] = list(attributes)
+    for root, modules in by_root.items():
         if _imports(root):
             continue
-        bare = types.ModuleType(root)
-        bare.__path__ = []
-        bare.__version__ = "0.0.0+standin"
-        sys.modules[root] = bare
-        sys.meta_path.insert(0, _Finder(set(submodules), ()))
-        installed.append(f"{root}({', '.join(submodules)} only)")
+        sys.meta_path.insert(0, _NamedFinder(modules))
+        count = sum(len(attributes) for attributes in modules.values())
+        installed.append(f"{root} (named: {count} names in {len(modules)} modules)")
     return installed

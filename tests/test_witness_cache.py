@@ -1,0 +1,239 @@
+"""The witness cache: an answer is reused only for the same witness code and probes, the same
+environment, the same tree, and no stronger level available now; written atomically; and the
+batch API runs every CPU-probe witness of a tree in one go."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import threading
+from pathlib import Path
+
+import pytest
+
+from conftest import REAL_PINS
+from sglpatch import pyenv, witnesses
+from sglpatch.witnesses import BUG, CLEAN, UNAVAILABLE, WitnessResult, mtp_exclude, rocm_flags
+
+PIN = REAL_PINS.newest
+
+
+class Counting:
+    """A witness whose answer and fingerprint the test sets."""
+
+    version = "1"
+
+    def __init__(self, name="counting", state=CLEAN, level="text", print_="a"):
+        self.name, self.state, self.level, self.print_ = name, state, level, print_
+        self.runs = 0
+
+    def fingerprint(self, pin):
+        return self.print_
+
+    def run(self, tree, pin):
+        self.runs += 1
+        return WitnessResult(self.name, self.state, self.level, f"run {self.runs}")
+
+
+class Levelled(Counting):
+    """Two levels, the stronger first; ``now`` is what can run here."""
+
+    levels = ("hip-compile", "include-graph")
+
+    def __init__(self):
+        super().__init__("levelled", level="include-graph")
+        self.now = "include-graph"
+
+    def available_level(self, pin):
+        return self.now
+
+
+def _tree(tmp_path):
+    return lambda: tmp_path
+
+
+def test_the_same_tree_and_fingerprint_reuse_the_answer_and_a_new_fingerprint_runs_again(cache_dir, tmp_path):
+    witness = Counting()
+    first = witnesses.run_cached(witness, "tree1", PIN, _tree(tmp_path))
+    again = witnesses.run_cached(witness, "tree1", PIN, _tree(tmp_path))
+    assert (witness.runs, again) == (1, first)
+    witnesses.run_cached(witness, "tree2", PIN, _tree(tmp_path))
+    assert witness.runs == 2
+    witness.print_ = "b"  # its code, probes or environment changed
+    witnesses.run_cached(witness, "tree1", PIN, _tree(tmp_path))
+    assert witness.runs == 3
+
+
+def test_an_answer_from_a_weaker_level_than_now_available_is_not_reused(cache_dir, tmp_path):
+    witness = Levelled()
+    witnesses.run_cached(witness, "t", PIN, _tree(tmp_path))
+    witnesses.run_cached(witness, "t", PIN, _tree(tmp_path))
+    assert witness.runs == 1
+    witness.now, witness.level = "hip-compile", "hip-compile gfx942"  # the toolchain got installed
+    assert witnesses.run_cached(witness, "t", PIN, _tree(tmp_path)).level == "hip-compile gfx942"
+    assert witness.runs == 2
+    witnesses.run_cached(witness, "t", PIN, _tree(tmp_path))
+    assert witness.runs == 2  # the stronger answer is kept
+    entry = next((cache_dir / "witness" / "levelled").glob("*.json"))
+    assert json.loads(entry.read_text())["level"] == "hip-compile gfx942"
+
+
+def test_unavailable_is_never_cached(cache_dir, tmp_path):
+    witness = Counting(state=UNAVAILABLE)
+    witnesses.run_cached(witness, "t", PIN, _tree(tmp_path))
+    witnesses.run_cached(witness, "t", PIN, _tree(tmp_path))
+    assert witness.runs == 2
+
+
+def test_a_witness_without_a_fingerprint_is_keyed_by_the_file_of_its_class(cache_dir, tmp_path, monkeypatch):
+    module = tmp_path / "plain_witness.py"
+    module.write_text("from sglpatch.witnesses import WitnessResult\n"
+                      "class Plain:\n    name = 'plain'\n    version = '1'\n"
+                      "    def run(self, tree, pin):\n        return WitnessResult('plain', 'bug')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    from plain_witness import Plain
+
+    before = witnesses.fingerprint(Plain(), PIN)
+    module.write_text(module.read_text() + "# edited\n")
+    assert witnesses.fingerprint(Plain(), PIN) != before
+
+
+def test_writes_are_atomic_under_unique_names(cache_dir, tmp_path):
+    witness = Counting()
+    entry = witnesses._entry(witness, "t", PIN, "a")
+    errors = []
+
+    def write(n):
+        try:
+            for i in range(30):
+                witnesses._store(entry, WitnessResult("counting", BUG, "text", f"{n}-{i}"), "a")
+                json.loads(entry.read_text())  # never half-written
+        except Exception as exc:  # noqa: BLE001
+            errors.append(exc)
+
+    threads = [threading.Thread(target=write, args=(n,)) for n in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+    assert [p.name for p in entry.parent.iterdir()] == [entry.name], "a temporary file was left behind"
+
+
+def test_a_damaged_entry_is_run_again(cache_dir, tmp_path):
+    witness = Counting()
+    witnesses.run_cached(witness, "t", PIN, _tree(tmp_path))
+    entry = next((cache_dir / "witness" / "counting").glob("*.json"))
+    entry.write_text("{not json")
+    witnesses.run_cached(witness, "t", PIN, _tree(tmp_path))
+    assert witness.runs == 2
+
+
+# -- the CPU witnesses' fingerprints: code, probes, environment ---------------------------------
+
+
+@pytest.fixture
+def offline_env(monkeypatch, tmp_path):
+    """The CPU environment's inputs without the network: the pin's overlay specs as given."""
+    overlay = {"specs": ("transformers==5.19.0",)}
+    monkeypatch.setattr(pyenv, "_pin_overlay_specs", lambda version, sha256, pin: overlay["specs"])
+    return overlay
+
+
+@pytest.mark.parametrize("witness", [mtp_exclude.MtpQuarkExcludeWitness(), rocm_flags.RocmFlagsWitness()],
+                         ids=lambda w: w.name)
+def test_editing_a_probe_changes_the_cpu_witness_fingerprint(witness, offline_env, tmp_path, monkeypatch, cache_dir):
+    before = witnesses.fingerprint(witness, PIN)
+    probes = tmp_path / "probes"
+    shutil.copytree(pyenv.PROBES, probes)
+    monkeypatch.setattr(pyenv, "PROBES", probes)
+    assert witnesses.fingerprint(witness, PIN) == before  # the same files
+    (probes / "standins.py").write_text((probes / "standins.py").read_text() + "\n# a changed stand-in\n")
+    assert witnesses.fingerprint(witness, PIN) != before
+
+
+@pytest.mark.parametrize("witness", [mtp_exclude.MtpQuarkExcludeWitness(), rocm_flags.RocmFlagsWitness()],
+                         ids=lambda w: w.name)
+def test_changing_the_cpu_environment_changes_the_fingerprint(witness, offline_env, tmp_path, monkeypatch, cache_dir):
+    before = witnesses.fingerprint(witness, PIN)
+    requirements = tmp_path / "requirements-cpu.txt"
+    requirements.write_text(pyenv.REQUIREMENTS.read_text() + "sglpatch-extra==1.0\n")
+    monkeypatch.setattr(pyenv, "REQUIREMENTS", requirements)
+    changed_base = witnesses.fingerprint(witness, PIN)
+    assert changed_base != before
+    offline_env["specs"] = ("transformers==5.20.0",)  # the pin's overlay
+    assert witnesses.fingerprint(witness, PIN) not in (before, changed_base)
+
+
+def test_a_changed_probe_runs_the_witness_again_through_the_cache(offline_env, tmp_path, monkeypatch, cache_dir):
+    class Probing(mtp_exclude.MtpQuarkExcludeWitness):
+        probe_request = None  # run() below, not the CPU probe
+        runs = 0
+
+        def run(self, tree, pin):
+            Probing.runs += 1
+            return WitnessResult(self.name, BUG, "build+load gfx950", "stub answer for the cache test")
+
+    probes = tmp_path / "probes"
+    shutil.copytree(pyenv.PROBES, probes)
+    monkeypatch.setattr(pyenv, "PROBES", probes)
+    witness = Probing()
+    witnesses.run_cached(witness, "t", PIN, _tree(tmp_path))
+    witnesses.run_cached(witness, "t", PIN, _tree(tmp_path))
+    assert Probing.runs == 1
+    (probes / "mtp_probe.py").write_text((probes / "mtp_probe.py").read_text() + "\n# edited\n")
+    witnesses.run_cached(witness, "t", PIN, _tree(tmp_path))
+    assert Probing.runs == 2
+
+
+# -- the batch API --------------------------------------------------------------------------------
+
+
+class FakeProbe(Counting):
+    def probe_request(self, pin):
+        return pyenv.ProbeRequest(self.name, "fake", {}, 10)
+
+    def judge_probe(self, answer, failure, pin):
+        return WitnessResult(self.name, CLEAN if answer else UNAVAILABLE, "probe", failure or "")
+
+
+def test_run_cached_many_runs_the_probe_witnesses_of_a_tree_together_and_materializes_once(cache_dir, tmp_path, monkeypatch):
+    batches = []
+
+    def run_probe_witnesses(group, tree, pin):
+        batches.append(sorted(w.name for w in group))
+        return {w.name: w.judge_probe({"ok": True}, None, pin) for w in group}
+
+    monkeypatch.setattr(witnesses, "run_probe_witnesses", run_probe_witnesses)
+    made = []
+    plain, mtp, flags = Counting("plain"), FakeProbe("mtp-like"), FakeProbe("flags-like")
+
+    def materialize():
+        made.append(1)
+        return tmp_path
+
+    results = witnesses.run_cached_many([plain, mtp, flags], "t", PIN, materialize)
+    assert list(results) == ["plain", "mtp-like", "flags-like"]
+    assert batches == [["flags-like", "mtp-like"]] and plain.runs == 1 and made == [1]
+    again = witnesses.run_cached_many([plain, mtp, flags], "t", PIN, materialize)
+    assert again == results and batches == [["flags-like", "mtp-like"]] and made == [1]  # all cached
+
+
+def test_one_probe_child_that_fails_makes_each_of_its_witnesses_unavailable_with_the_reason(tmp_path, monkeypatch):
+    class Python:
+        def run_probes(self, tree, requests):
+            return pyenv.ProbeRun({}, {}, "the CPU probe runner for t hung in 'mtp: fused: build the draft'", 1.0)
+
+    monkeypatch.setattr(pyenv, "cpu_python", lambda pin: Python())
+    results = witnesses.run_probe_witnesses([FakeProbe("a"), FakeProbe("b")], tmp_path, PIN)
+    assert {r.state for r in results.values()} == {UNAVAILABLE}
+    assert all("hung in 'mtp: fused: build the draft'" in r.detail for r in results.values())
+
+
+def test_no_cpu_environment_is_unavailable_for_every_probe_witness(tmp_path, monkeypatch):
+    def unavailable(pin):
+        raise pyenv.EnvUnavailable("CPU witness environment (base): pip failed")
+
+    monkeypatch.setattr(pyenv, "cpu_python", unavailable)
+    results = witnesses.run_probe_witnesses([FakeProbe("a")], tmp_path, PIN)
+    assert results["a"].state == UNAVAILABLE and results["a"].detail.startswith("CPU environment:")
