@@ -289,9 +289,17 @@ def _move_branch(tree_path: Path, commit: str) -> None:
 # -- building the commits -----------------------------------------------------------------------
 
 
-def _inputs_key(pristine: Pristine, renditions: list[tuple[str, PatchFile | None]], run_witnesses: bool) -> str:
-    versions = sorted(f"{w.name}-{w.version}" for w in witnesses.registry().values()) if run_witnesses else []
-    digest = hashlib.sha256(f"sglpatch-apply-3\0{pristine.commit}\0{versions}\0".encode())
+def _inputs_key(
+    pin: Pin, pristine: Pristine, renditions: list[tuple[str, PatchFile | None]], run_witnesses: bool
+) -> str:
+    """What an apply result depends on: the pristine commit, every rendition's bytes, and with
+    witnesses each witness's fingerprint for the pin (its code, environment and toolchain)."""
+    prints = (
+        sorted(f"{w.name}-{witnesses.fingerprint(w, pin)}" for w in witnesses.registry().values())
+        if run_witnesses
+        else []
+    )
+    digest = hashlib.sha256(f"sglpatch-apply-4\0{pristine.commit}\0{prints}\0".encode())
     for name, rendition in renditions:
         digest.update(name.encode() + b"\0" + (rendition.raw if rendition else b"-") + b"\0")
     return digest.hexdigest()
@@ -307,7 +315,7 @@ def _build(
     allow_unavailable: bool,
 ) -> None:
     selected = [(patch.name, patch.for_version(pin.version)) for patch in series.patches]
-    key = _inputs_key(pristine, selected, run_witnesses)
+    key = _inputs_key(pin, pristine, selected, run_witnesses)
     memo = tree_path / ".git" / RESULTS_DIR / f"{key}.json"
     if memo.exists():
         saved = json.loads(memo.read_text())
@@ -346,17 +354,22 @@ def _apply_all(
     }
     with _Checkouts(tree_path) as checkouts:
         pristine_tree = _tree_of(tree_path, pristine.commit)
-        before = {
-            name: _witnessed(witness, pristine_tree, pin, "pristine", lambda: checkouts.get(pristine.commit))
-            for name, witness in checks.items()
-            if witness is not None
-        }
+        answers = _witnessed(
+            [w for w in checks.values() if w is not None], pristine_tree, pin, "pristine",
+            lambda: checkouts.get(pristine.commit),
+        )
+        before = {name: answers[witness.name] for name, witness in checks.items() if witness is not None}
         _apply_commits(tree_path, pin, pristine, selected, result, before, allow_unavailable)
-        for outcome in result.patches:
-            witness = checks.get(outcome.name)
-            if witness is None or outcome.status in (NOT_NEEDED, NOT_APPLICABLE, *FAILURES):
-                continue
-            after = _witnessed(witness, result.tree, pin, "patched", lambda: checkouts.get(result.commit))
+        to_confirm = [
+            outcome for outcome in result.patches
+            if checks.get(outcome.name) is not None and outcome.status not in (NOT_NEEDED, NOT_APPLICABLE, *FAILURES)
+        ]
+        answers = _witnessed(
+            [checks[o.name] for o in to_confirm], result.tree, pin, "patched", lambda: checkouts.get(result.commit)
+        )
+        for outcome in to_confirm:
+            witness = checks[outcome.name]
+            after = answers[witness.name]
             outcome.witness_after = after.summary()
             if after.state == BUG:
                 outcome.status = WITNESS_FAILED
@@ -425,12 +438,15 @@ def _apply_commits(
         Path(index_name).unlink(missing_ok=True)
 
 
-def _witnessed(witness, tree_hash: str, pin: Pin, which: str, materialize) -> WitnessResult:
-    """The witness's answer on one tree, shown as a progress step."""
-    with progress.step(f"  {pin.version}: witness {witness.name} on the {which} tree") as shown:
-        result = witnesses.run_cached(witness, tree_hash, pin, materialize)
-        shown.outcome = result.summary()
-    return result
+def _witnessed(checks: list, tree_hash: str, pin: Pin, which: str, materialize) -> dict[str, WitnessResult]:
+    """Every witness's answer on one tree (the CPU ones in one child process), as a progress step."""
+    if not checks:
+        return {}
+    names = ", ".join(witness.name for witness in checks)
+    with progress.step(f"  {pin.version}: witnesses on the {which} tree ({names})") as shown:
+        answers = witnesses.run_cached_many(checks, tree_hash, pin, materialize)
+        shown.outcome = "; ".join(f"{name} {result.summary()}" for name, result in answers.items())
+    return answers
 
 
 def _unavailable(outcome: PatchOutcome, reason: str, allowed: bool) -> None:

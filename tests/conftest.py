@@ -6,6 +6,7 @@ so they are fast and exact; tests marked ``network`` use the real sglang artifac
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import io
 import os
@@ -69,6 +70,39 @@ def apply_rendition(tree: Path, patch: str, version: str) -> Path:
     assert rendition is not None, f"{patch} has no rendition for {version}"
     subprocess.run(["git", "apply", "--directory=", str(rendition.path)], cwd=tree, check=True)
     return tree
+
+
+def shipped_trees(version: str):
+    """The pin's pristine and patched commits as ``sglpatch apply`` makes them (the shipped series,
+    classified by text, in a scratch copy of the project), shared by the tests of one worker."""
+    return _shipped_trees(version)
+
+
+@functools.lru_cache(maxsize=None)
+def _shipped_trees(version: str):
+    root = Path(tempfile.mkdtemp(prefix=f"sglpatch-shipped-{version}-"))
+    for part in ("upstream", "patches"):
+        shutil.copytree(REPO_ROOT / part, root / part)
+    shutil.copy(REPO_ROOT / "series.lock", root / "series.lock")
+    from sglpatch.project import apply_series
+
+    result = apply_series(Project(root), [version], run_witnesses=False, record=False, out_dir=root / "build").results[0]
+    assert result.commit, result.error
+    return result
+
+
+def witnessed(witness, version: str, patched: bool, dest: Path) -> WitnessResult:
+    """``witness``'s answer on the pin's pristine or patched tree, exactly as ``apply`` asks for it
+    (``witnesses.run_cached``: the same tree hash and fingerprint), so a test and an apply share
+    one run; a change to the witness's code or environment changes its key and runs it again."""
+    from sglpatch.apply import checkout_commit
+
+    result = shipped_trees(version)
+    tree_repo = Path(result.tree_path)
+    commit = result.commit if patched else result.pristine
+    tree_hash = git(tree_repo, "rev-parse", f"{commit}^{{tree}}").strip()
+    pin = REAL_PINS.select([version])[0]
+    return witnesses.run_cached(witness, tree_hash, pin, lambda: checkout_commit(tree_repo, commit, dest))
 
 
 @pytest.fixture

@@ -237,3 +237,32 @@ def test_no_cpu_environment_is_unavailable_for_every_probe_witness(tmp_path, mon
     monkeypatch.setattr(pyenv, "cpu_python", unavailable)
     results = witnesses.run_probe_witnesses([FakeProbe("a")], tmp_path, PIN)
     assert results["a"].state == UNAVAILABLE and results["a"].detail.startswith("CPU environment:")
+
+
+class Slow(Counting):
+    def run(self, tree, pin):
+        import time
+
+        time.sleep(1.0)
+        return super().run(tree, pin)
+
+
+def test_two_askers_of_the_same_answer_run_the_witness_once(cache_dir, tmp_path):
+    witness = Slow()
+    answers = []
+
+    def ask():
+        answers.append(witnesses.run_cached(witness, "tree-a", PIN, _tree(tmp_path)))
+
+    askers = [threading.Thread(target=ask) for _ in range(2)]
+    for asker in askers:
+        asker.start()
+    for asker in askers:
+        asker.join()
+    assert witness.runs == 1 and len(answers) == 2 and answers[0] == answers[1]
+
+
+def test_one_witness_asked_for_twice_at_once_is_run_once(cache_dir, tmp_path):
+    witness = Counting()
+    answers = witnesses.run_cached_many([witness, witness], "tree-b", PIN, _tree(tmp_path))
+    assert witness.runs == 1 and list(answers) == ["counting"]

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from conftest import REAL_PINS as PINS
-from conftest import apply_rendition, pristine_subtree, skip_unless_required
+from conftest import apply_rendition, pristine_subtree, skip_unless_required, witnessed
 from sglpatch import pyenv
 from sglpatch.witnesses import BUG, CLEAN, UNAVAILABLE, mtp_exclude
 from sglpatch.witnesses.probes.quark_checkpoint import quark_config_dict
@@ -35,8 +35,8 @@ def _skip_if_env_unavailable(result) -> None:
 @pytest.mark.parametrize("patched", [False, True], ids=["pristine", "patched"])
 @pytest.mark.parametrize("version", [pin.version for pin in PINS.pins])
 def test_mtp_draft_builds_excluded_shared_expert_mxfp4_until_patched(version, patched, tmp_path):
-    pin = PINS.select([version])[0]
-    result = mtp_exclude.MtpQuarkExcludeWitness().run(_tree(version, tmp_path, patched), pin)
+    # The shipped series' trees, asked as apply asks (one run serves both, by tree and fingerprint).
+    result = witnessed(mtp_exclude.MtpQuarkExcludeWitness(), version, patched, tmp_path / "tree")
     print(f"{version} {'patched' if patched else 'pristine'}: {result}")
     _skip_if_env_unavailable(result)
     assert result.level.startswith("build+load gfx950"), result

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from conftest import REAL_PINS as PINS
-from conftest import apply_rendition, pristine_subtree
+from conftest import apply_rendition, pristine_subtree, witnessed
 from sglpatch.witnesses import BUG, CLEAN, UNAVAILABLE
 from sglpatch.witnesses import rocm_flags
 
@@ -28,8 +28,7 @@ def _patched(tree: Path, version: str) -> Path:
 @pytest.mark.network
 @pytest.mark.parametrize("version", [pin.version for pin in PINS.pins])
 def test_pristine_pin_misses_the_defaults_or_hides_the_inert_fusion(version, tmp_path):
-    pin = PINS.select([version])[0]
-    result = rocm_flags.RocmFlagsWitness().run(_pristine_tree(pin, tmp_path), pin)
+    result = witnessed(rocm_flags.RocmFlagsWitness(), version, False, tmp_path / "tree")
     print(f"{version}: {result}")
     assert result.state == BUG, result
     # Every pin: the profile's KV default is bf16 on gfx950 and no pin warns about the inert fusion.
@@ -40,10 +39,11 @@ def test_pristine_pin_misses_the_defaults_or_hides_the_inert_fusion(version, tmp
 @pytest.mark.network
 @pytest.mark.parametrize("version", [pin.version for pin in PINS.pins])
 def test_patched_pin_defaults_fusion_and_fp8_and_names_every_inert_gate(version, tmp_path):
-    pin = PINS.select([version])[0]
-    result = rocm_flags.RocmFlagsWitness().run(_patched(_pristine_tree(pin, tmp_path), version), pin)
+    result = witnessed(rocm_flags.RocmFlagsWitness(), version, True, tmp_path / "tree")
     print(f"{version}: {result}")
     assert result.state == CLEAN, result
+    # Every answer proves it leaned on no stand-in while resolving (else it is unavailable).
+    assert "called: none" in result.detail, result
 
 
 @pytest.mark.network
@@ -88,7 +88,7 @@ def test_profile_argv_edits_drop_and_override_the_profiles_flags():
 
 @pytest.mark.network
 @pytest.mark.parametrize("patched", [False, True], ids=["pristine", "patched"])
-@pytest.mark.parametrize("version", [pin.version for pin in PINS.pins])
+@pytest.mark.parametrize("version", [PINS.pins[0].version, PINS.newest.version])
 def test_the_judged_resolution_reads_nothing_from_the_stand_ins(version, patched, tmp_path):
     """sgl_kernel and aiter are stood in by name. While the witness's scenarios resolve, sglang's
     code reads no attribute of them (present or absent: no hasattr probe, no version check) and
@@ -112,6 +112,18 @@ def test_the_judged_resolution_reads_nothing_from_the_stand_ins(version, patched
     assert answer["standins_called"] == []
     for read in [*answer["standin_reads"], *run.runner["standin_reads_at_import"]]:
         assert read.startswith("aiter.QuantType (read at ") and read.endswith(", module level)"), read
+
+
+def test_an_answer_that_leaned_on_a_stand_in_is_unavailable_never_clean():
+    witness = rocm_flags.RocmFlagsWitness()
+    answer = {"scenarios": _fixed(), "standins": ["aiter (named: 40 names)"], "emulated_gpu": "gfx950"}
+    assert witness.judge_probe(answer, None, PINS.newest).state == CLEAN
+    for leaned in ({"standins_called": ["aiter.fused_moe"]},
+                   {"standin_reads": ["aiter.get_hip_quant (read at sglang/srt/server_args.py:12)"]}):
+        result = witness.judge_probe({**answer, **leaned}, None, PINS.newest)
+        assert result.state == UNAVAILABLE and "used a stand-in" in result.detail, result
+    allowed = {"standin_reads": ["aiter.QuantType (read at sglang/srt/layers/quantization/fp8_utils.py:30, module level)"]}
+    assert witness.judge_probe({**answer, **allowed}, None, PINS.newest).state == CLEAN
 
 
 # -- the decision rule, on hand-made probe answers: behaviour, whatever the words ------------------

@@ -10,7 +10,7 @@ import pytest
 from packaging.version import Version
 
 from conftest import REAL_PINS as PINS
-from conftest import REQUIRE_WITNESSES, apply_rendition, pristine_subtree
+from conftest import REQUIRE_WITNESSES, apply_rendition, pristine_subtree, witnessed
 from sglpatch.witnesses import BUG, CLEAN
 from sglpatch.witnesses import rocm_guard
 
@@ -42,7 +42,7 @@ def _assert_both_mi300_and_mi355_targets(result) -> None:
 @pytest.mark.parametrize("version", [pin.version for pin in PINS.pins])
 def test_rocm_guard_fails_exactly_where_the_guard_is_missing(version, tmp_path):
     pin = PINS.select([version])[0]
-    result = rocm_guard.RocmGuardWitness().run(_pristine_kernels(pin, tmp_path), pin)
+    result = witnessed(rocm_guard.RocmGuardWitness(), version, False, tmp_path / "tree")
     print(f"{version} pristine: {result}")
     expected = BUG if pin.parsed_version < GUARD_FIXED_UPSTREAM else CLEAN
     assert result.state == expected, result
@@ -54,8 +54,7 @@ def test_rocm_guard_fails_exactly_where_the_guard_is_missing(version, tmp_path):
 
 @pytest.mark.parametrize("version", [p.version for p in PINS.pins if p.parsed_version < GUARD_FIXED_UPSTREAM])
 def test_rocm_guard_passes_once_the_patch_is_applied(version, tmp_path):
-    pin = PINS.select([version])[0]
-    result = rocm_guard.RocmGuardWitness().run(_guarded(_pristine_kernels(pin, tmp_path), pin), pin)
+    result = witnessed(rocm_guard.RocmGuardWitness(), version, True, tmp_path / "tree")
     print(f"{version} patched: {result}")
     assert result.state == CLEAN, result
     assert result.level.startswith(_level_expected())

@@ -29,11 +29,10 @@ than one witness for a tree (``apply``, the matrix) should call::
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import inspect
 import json
-import os
-import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable, Protocol
@@ -158,16 +157,7 @@ def _load(entry: Path, witness: Witness, pin: Pin) -> WitnessResult | None:
 def _store(entry: Path, result: WitnessResult, print_: str) -> None:
     if result.state == UNAVAILABLE:
         return  # the next run may be able to check
-    entry.parent.mkdir(parents=True, exist_ok=True)
-    data = json.dumps({"result": asdict(result), "level": result.level, "fingerprint": print_}, indent=1)
-    fd, tmp = tempfile.mkstemp(dir=entry.parent, prefix=f".{entry.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as handle:
-            handle.write(data)
-        os.replace(tmp, entry)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    cache.write_atomically(entry, json.dumps({"result": asdict(result), "level": result.level, "fingerprint": print_}, indent=1))
 
 
 # -- running ------------------------------------------------------------------------------------
@@ -188,7 +178,7 @@ def run_cached_many(
     import), the others one by one. ``materialize`` is called at most once."""
     results: dict[str, WitnessResult] = {}
     pending: list[tuple[Witness, Path, str]] = []
-    for witness in witnesses:
+    for witness in {witness.name: witness for witness in witnesses}.values():  # each asked once
         print_ = fingerprint(witness, pin)
         entry = _entry(witness, tree_hash, pin, print_)
         cached = _load(entry, witness, pin)
@@ -197,15 +187,28 @@ def run_cached_many(
         else:
             pending.append((witness, entry, print_))
     if pending:
-        tree = materialize()
-        probing = [w for w, _, _ in pending if is_probe_witness(w)]
-        fresh = run_probe_witnesses(probing, tree, pin) if probing else {}
-        for witness, entry, print_ in pending:
-            result = fresh.get(witness.name)
-            if result is None:
-                result = _run_one(witness, tree, pin)
-            _store(entry, result, print_)
-            results[witness.name] = result
+        # One run per answer: a second process asking for the same entries waits for the first
+        # (locks taken in one order, so two never wait on each other) and reads what it wrote.
+        with contextlib.ExitStack() as held:
+            for _, entry, _ in sorted(pending, key=lambda item: str(item[1])):
+                held.enter_context(cache.entry_lock(entry))
+            still = []
+            for witness, entry, print_ in pending:
+                cached = _load(entry, witness, pin)
+                if cached is not None:
+                    results[witness.name] = cached
+                else:
+                    still.append((witness, entry, print_))
+            if still:
+                tree = materialize()
+                probing = [w for w, _, _ in still if is_probe_witness(w)]
+                fresh = run_probe_witnesses(probing, tree, pin) if probing else {}
+                for witness, entry, print_ in still:
+                    result = fresh.get(witness.name)
+                    if result is None:
+                        result = _run_one(witness, tree, pin)
+                    _store(entry, result, print_)
+                    results[witness.name] = result
     return {witness.name: results[witness.name] for witness in witnesses}
 
 

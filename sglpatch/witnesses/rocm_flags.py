@@ -153,6 +153,11 @@ class RocmFlagsWitness:
             return WitnessResult(self.name, UNAVAILABLE, detail=(failure or "no answer")[:1000])
         from sglpatch.witnesses import doubles_used
 
+        leaned = standins_leaned_on(answer)
+        if leaned:
+            return WitnessResult(self.name, UNAVAILABLE, LEVEL,
+                                 f"the judged resolution used a stand-in ({leaned}), so its values are not sglang's "
+                                 f"alone [{doubles_used(answer)}]")
         result = judge(answer, self.name)
         return WitnessResult(result.witness, result.state, result.level, f"{result.detail} [{doubles_used(answer)}]")
 
@@ -160,6 +165,19 @@ class RocmFlagsWitness:
         from sglpatch.witnesses import run_probe_witnesses
 
         return run_probe_witnesses([self], tree, pin)[self.name]
+
+
+# The one attribute sglang reads from the stand-ins besides ``from module import name``: the
+# aiter.QuantType enum, taken as a constant at the top level of fp8_utils.
+READS_ALLOWED = ("aiter.QuantType (read at ",)
+
+
+def standins_leaned_on(answer: dict) -> str:
+    """What of the stand-ins sglang called, or read other than as an import, while the scenarios
+    resolved ("" when nothing): every answer proves its judged values are sglang's own."""
+    called = list(answer.get("standins_called") or [])
+    reads = [r for r in answer.get("standin_reads") or [] if not (r.startswith(READS_ALLOWED) and r.endswith(", module level)"))]
+    return "; ".join([*(f"called {c}" for c in called), *(f"read {r}" for r in reads)])
 
 
 class WitnessUnavailable(Unavailable):
