@@ -64,6 +64,7 @@ NAMED: dict[str, list[str]] = {
     "aiter.mla": ["mla_decode_fwd", "mla_prefill_fwd"],
     "aiter.ops.cache": ["cp_gather_indexer_k_quant_cache", "indexer_k_quant_and_cache"],
     "aiter.ops.enum": ["QuantType"],
+    "aiter.ops.fused_qk_norm_rope_cache_quant": ["fused_qk_rmsnorm"],
     "aiter.ops.fused_qk_rmsnorm_group_quant": ["fused_qk_rmsnorm"],
     "aiter.ops.quant": ["per_group_quant_hip"],
     "aiter.ops.rmsnorm": ["add_rmsnorm_quant", "rmsnorm_quant"],
@@ -90,7 +91,7 @@ NAMED: dict[str, list[str]] = {
     "aiter.tuned_gemm": ["tgemm"],
     "aiter.utility.fp4_utils": ["e8m0_shuffle"],
     "sgl_kernel": [
-        "build_tree_kernel_efficient", "gelu_and_mul", "gelu_quick", "gelu_tanh_and_mul", "gptq_gemm",
+        "build_tree_kernel_efficient", "fast_topk", "gelu_and_mul", "gelu_quick", "gelu_tanh_and_mul", "gptq_gemm",
         "gptq_shuffle", "moe_align_block_size", "silu_and_mul", "topk_sigmoid", "topk_softmax"
     ],
     "sgl_kernel.kvcacheio": [
