@@ -14,7 +14,6 @@ import functools
 import os
 import shlex
 import ssl
-import subprocess
 import sys
 import urllib.parse
 import urllib.request
@@ -22,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sglpatch.errors import SglpatchError
+from sglpatch.processes import run_tool
 
 INDEX_ENV = "SGLPATCH_INDEX_URL"
 PIP_TIMEOUT_S = 60
@@ -103,13 +103,7 @@ def _from_pip(pip_env: tuple[tuple[str, str], ...]) -> IndexConfig:
 
 def pip_settings() -> dict[str, str]:
     """pip's effective option values (``pip config list``), the most specific section winning."""
-    command = [sys.executable, "-m", "pip", "config", "list"]
-    try:
-        done = subprocess.run(command, capture_output=True, text=True, timeout=PIP_TIMEOUT_S)
-    except subprocess.TimeoutExpired:
-        raise SglpatchError(f"`{' '.join(command)}` did not answer within {PIP_TIMEOUT_S} s") from None
-    except OSError as exc:
-        raise SglpatchError(f"cannot run pip to read its configuration: {exc}") from None
+    done = run_tool([sys.executable, "-m", "pip", "config", "list"], "pip config list (pip's configuration)", PIP_TIMEOUT_S)
     if done.returncode != 0:
         raise SglpatchError(f"`pip config list` failed: {done.stderr.strip()[-300:]}")
     found: dict[tuple[str, str], str] = {}
@@ -133,10 +127,7 @@ def pip_settings() -> dict[str, str]:
 def _pip_default_index() -> str:
     """The index pip uses when none is configured, asked of the installed pip itself."""
     code = "from pip._internal.models.index import PyPI; print(PyPI.simple_url)"
-    try:
-        done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=PIP_TIMEOUT_S)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        raise SglpatchError(f"no package index is configured and pip's default cannot be read: {exc}") from None
+    done = run_tool([sys.executable, "-c", code], "reading pip's default index from pip", PIP_TIMEOUT_S)
     url = done.stdout.strip()
     if done.returncode != 0 or "://" not in url:
         raise SglpatchError(

@@ -19,14 +19,15 @@ from __future__ import annotations
 import hashlib
 import os
 import re
-import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from sglpatch import cache, diffs
 from sglpatch.errors import SglpatchError
 from sglpatch.gitcmd import IDENTITY_EMAIL, IDENTITY_NAME, git_out, run_git
+from sglpatch.processes import run_tool
 
+USER_GIT_TIMEOUT_S = 300
 _SCM_VERSION = re.compile(r"""^(?:__version__\s*=\s*)?version\s*=\s*['"]([^'"]+)['"]""", re.MULTILINE)
 
 
@@ -128,11 +129,8 @@ def _is_git(checkout: Path) -> bool:
 
 def _user_git(args: list[str], checkout: Path, env: dict[str, str] | None = None, input: bytes | None = None) -> str:
     """git in the user's checkout with the user's own configuration (identity, hooks stay theirs)."""
-    full_env = {**os.environ, **(env or {})}
-    try:
-        done = subprocess.run(["git", *args], cwd=checkout, env=full_env, input=input, capture_output=True, timeout=300)
-    except subprocess.TimeoutExpired:
-        raise SglpatchError(f"git {' '.join(args[:2])} in {checkout} did not finish within 300 s") from None
+    done = run_tool(["git", *args], f"git {' '.join(args[:2])} in {checkout}", USER_GIT_TIMEOUT_S, cwd=checkout,
+                    env={**os.environ, **(env or {})}, input=input or b"")
     if done.returncode != 0:
         raise SglpatchError(f"git {' '.join(args[:2])} failed in {checkout}: {done.stderr.decode(errors='replace').strip()}")
     return done.stdout.decode().strip()
@@ -176,7 +174,8 @@ def _into_git(checkout: Path, tree: Path, version: str, renditions, commits: lis
 
 
 def _has_branch(checkout: Path) -> bool:
-    return subprocess.run(["git", "symbolic-ref", "--quiet", "HEAD"], cwd=checkout, capture_output=True, timeout=60).returncode == 0
+    return run_tool(["git", "symbolic-ref", "--quiet", "HEAD"], f"git symbolic-ref in {checkout}", 60,
+                    cwd=checkout).returncode == 0
 
 
 def _identity(checkout: Path) -> tuple[str, str]:

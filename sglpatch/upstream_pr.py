@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
 import re
 import tempfile
 from dataclasses import dataclass
@@ -20,6 +19,7 @@ from sglpatch import sources, witnesses
 from sglpatch.apply import checkout_commit, ensure_tree_repo
 from sglpatch.errors import SglpatchError
 from sglpatch.gitcmd import IDENTITY_EMAIL, IDENTITY_NAME, git_out, run_git
+from sglpatch.processes import run_tool
 from sglpatch.series import METADATA_TRAILERS, PatchFile, SeriesPatch
 from sglpatch.witnesses import BUG, CLEAN, UNAVAILABLE, WitnessResult
 
@@ -150,8 +150,8 @@ def _user_identity(repo: Path) -> tuple[str, str] | None:
     values = []
     for key in ("user.name", "user.email"):
         try:
-            done = subprocess.run(["git", "config", "--get", key], cwd=repo, capture_output=True, text=True, timeout=60)
-        except (OSError, subprocess.TimeoutExpired):
+            done = run_tool(["git", "config", "--get", key], f"git config {key} in {repo}", 60, cwd=repo)
+        except SglpatchError:
             return None
         if done.returncode != 0 or not done.stdout.strip():
             return None
@@ -239,16 +239,12 @@ def open_pull_request(export: Export, remote_branch: str | None = None) -> str:
     gh = shutil.which("gh")
     if gh is None:
         raise SglpatchError("the gh CLI is not installed; push the branch and open the pull request by hand")
-    try:
-        run = subprocess.run(
-            [gh, "pr", "create", "--title", export.title, "--body-file", str(export.body), "--head", remote_branch or export.branch],
-            cwd=export.repo,
-            capture_output=True,
-            text=True,
-            timeout=GH_TIMEOUT_S,
-        )
-    except subprocess.TimeoutExpired:
-        raise SglpatchError(f"gh pr create did not finish within {GH_TIMEOUT_S} s (network or a prompt?)") from None
+    run = run_tool(
+        [gh, "pr", "create", "--title", export.title, "--body-file", str(export.body), "--head", remote_branch or export.branch],
+        "gh pr create (network or a prompt?)",
+        GH_TIMEOUT_S,
+        cwd=export.repo,
+    )
     if run.returncode != 0:
         raise SglpatchError(f"gh pr create failed: {run.stderr.strip()}")
     return run.stdout.strip()

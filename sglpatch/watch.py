@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -24,6 +23,7 @@ from packaging.version import Version
 
 from sglpatch import forward, sources
 from sglpatch.errors import SglpatchError
+from sglpatch.processes import run_tool
 
 GIT_TIMEOUT_S = 300
 GH_TIMEOUT_S = 300
@@ -125,12 +125,7 @@ def watch(project, *, write: bool = True, out_dir: Path | None = None) -> WatchR
 
 
 def _run(command: list[str], cwd: Path, what: str, timeout: int) -> str:
-    try:
-        done = subprocess.run(command, cwd=cwd, capture_output=True, text=True, timeout=timeout)
-    except subprocess.TimeoutExpired:
-        raise SglpatchError(f"{what} did not finish within {timeout} s: {' '.join(command)}") from None
-    except OSError as exc:
-        raise SglpatchError(f"{what}: cannot run {command[0]}: {exc}") from None
+    done = run_tool(command, f"{what} ({' '.join(command[:3])})", timeout, cwd=cwd)
     if done.returncode != 0:
         raise SglpatchError(f"{what} failed: {(done.stderr or done.stdout).strip()[-500:]}")
     return done.stdout.strip()
@@ -151,7 +146,8 @@ def open_pull_request(project, report: WatchReport, *, base: str = "main", remot
     def git(*args: str) -> str:
         return _run(["git", *args], root, f"git {args[0]}", GIT_TIMEOUT_S)
 
-    if subprocess.run(["git", "rev-parse", "--verify", "--quiet", f"refs/heads/{branch}"], cwd=root, capture_output=True, timeout=GIT_TIMEOUT_S).returncode == 0:
+    exists = run_tool(["git", "rev-parse", "--verify", "--quiet", f"refs/heads/{branch}"], "git rev-parse", GIT_TIMEOUT_S, cwd=root)
+    if exists.returncode == 0:
         raise SglpatchError(f"{root}: branch {branch} already exists; delete it or merge it first")
     files = sorted({name for port in ports for name in port.files})
     versions = ", ".join(port.version for port in ports)

@@ -210,7 +210,7 @@ def test_watch_end_to_end_on_the_real_series_with_a_stand_in_future_release(tmp_
 def test_the_daily_workflow_runs_the_watch_session_and_keeps_the_report():
     import yaml
 
-    workflow = yaml.safe_load((REPO_ROOT / "ci" / "workflows" / "watch.yml").read_text())
+    workflow = yaml.safe_load((REPO_ROOT / ".github" / "workflows" / "watch.yml").read_text())
     triggers = workflow[True]  # YAML reads the bare key `on` as True
     assert triggers["schedule"][0]["cron"].split()[2:] == ["*", "*", "*"]  # every day
     assert workflow["permissions"] == {"contents": "write", "pull-requests": "write"}

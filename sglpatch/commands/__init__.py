@@ -89,5 +89,17 @@ def options_from(args: argparse.Namespace):
     return options
 
 
+def keep_record(record, path: Path | None) -> None:
+    """Also write a matrix or gate record at ``path`` (nox reads it to report a skip)."""
+    if path is None:
+        return
+    from sglpatch.matrix import records as results
+
+    results.write_record(record, path.parent)
+    written = path.parent / f"{record.cell_id}.json"
+    if written != path:
+        written.replace(path)
+
+
 def pin_version(project, name: str) -> str:
     return project.pins().select([name])[0].version

@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 from sglpatch import exitcodes
-from sglpatch.commands import add, options_from, rocm_options, say
+from sglpatch.commands import add, keep_record, options_from, rocm_options, say
 
 
 def register(sub) -> None:
@@ -62,11 +62,7 @@ def run_accuracy(project, args) -> int:
     say(args, f"accuracy on sglang {record.pin}: {record.outcome}")
     for part in record.parts:
         say(args, f"  {part.outcome:<8} {part.name}: {part.detail}")
-    if args.record:
-        results.write_record(record, args.record.parent)
-        written = args.record.parent / f"{record.cell_id}.json"
-        if written != args.record:
-            written.replace(args.record)
+    keep_record(record, args.record)
     return exitcodes.FAILED if results.failing(record) else exitcodes.OK
 
 

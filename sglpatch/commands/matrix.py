@@ -6,7 +6,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from sglpatch import exitcodes
-from sglpatch.commands import add, emit_json, json_flag, options_from, pin_version, rocm_options, say, witness_mode
+from sglpatch.commands import add, keep_record, emit_json, json_flag, options_from, pin_version, rocm_options, say, witness_mode
 from sglpatch.errors import SglpatchError
 
 
@@ -64,11 +64,7 @@ def run_cell(project, args) -> int:
     if record.reason and not record.parts:
         say(args, f"  reason: {record.reason}")
     say(args, f"  record: {project.build_dir / 'matrix' / 'records' / (record.cell_id + '.json')}  log: {record.log}")
-    if args.record:
-        results.write_record(record, args.record.parent)
-        written = args.record.parent / f"{record.cell_id}.json"
-        if written != args.record:
-            written.replace(args.record)
+    keep_record(record, args.record)
     if record.outcome == results.FAILED:
         return exitcodes.FAILED
     # Every part of a CPU cell can run on a CPU machine with the witnesses' toolchains, so one that

@@ -49,6 +49,7 @@ from packaging.version import Version
 from sglpatch import cache, sources
 from sglpatch.errors import SglpatchError, Unavailable
 from sglpatch.pins import Pin
+from sglpatch.processes import run_tool
 from sglpatch.witnesses import BUG, CLEAN, UNAVAILABLE, WitnessResult
 
 TOOLCHAIN_ENV = "SGLPATCH_HIP_TOOLCHAIN"
@@ -136,13 +137,8 @@ class RocmGuardWitness:
 
 def _run(command: list[str], what: str, timeout: float, **kwargs) -> subprocess.CompletedProcess:
     """``command`` with its output captured; a hang or a failure to start is ``Unavailable``
-    naming ``what``."""
-    try:
-        return subprocess.run(command, capture_output=True, text=True, timeout=timeout, **kwargs)
-    except subprocess.TimeoutExpired:
-        raise Unavailable(f"{what} did not finish within {timeout:g} s") from None
-    except OSError as exc:
-        raise Unavailable(f"{what} could not start: {exc}") from None
+    naming ``what`` (the witness cannot tell without it)."""
+    return run_tool(command, what, timeout, unavailable=True, **kwargs)
 
 
 # -- what the pin's loader compiles ----------------------------------------------------------
