@@ -57,7 +57,7 @@ def run_git(
             timeout=timeout,
         )
     except subprocess.TimeoutExpired:
-        raise SglpatchError(f"git {' '.join(args[:3])} in {cwd} did not finish within {timeout:.0f} s") from None
+        raise SglpatchError(f"git {' '.join(args[:3])} in {cwd} did not finish within {timeout:g} s") from None
     except OSError as exc:
         raise SglpatchError(f"cannot run git in {cwd}: {exc}") from None
     if check and result.returncode != 0:
