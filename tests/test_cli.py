@@ -71,3 +71,19 @@ def test_exit_status_4_when_a_witness_cannot_run_here(fake_project, tmp_path):
     _patches(fake_project, tmp_path)  # rocm-guard finds no kernel to compile in this small tree
     run = sglpatch(fake_project.root, "apply")
     assert run.returncode == exitcodes.UNAVAILABLE and "witness-unavailable" in run.stdout
+
+
+@pytest.mark.parametrize("outcome, allow, status", [("partial", False, exitcodes.UNAVAILABLE), ("skipped", False, exitcodes.UNAVAILABLE),
+                                                    ("partial", True, exitcodes.OK), ("failed", True, exitcodes.FAILED),
+                                                    ("passed", False, exitcodes.OK)])
+def test_a_cpu_cell_that_could_not_run_every_part_fails_unless_allowed(fake_project, monkeypatch, capsys, outcome, allow, status):
+    from sglpatch import cli, matrix
+    from sglpatch.matrix.records import CellRecord, Part
+
+    record = CellRecord("cpu", "build", "0.1.0", None, "1", "h", outcome, reason="the HIP toolchain is not installed",
+                        parts=[Part("HIP build", "skipped" if outcome in ("partial", "skipped") else outcome, "why")])
+    monkeypatch.setattr(matrix, "run_cpu_cell", lambda project, cell, use_cache=True: record)
+    argv = ["--root", str(fake_project.root), "matrix", "run", "build", "0.1.0", *(["--allow-unavailable"] if allow else [])]
+    assert cli.main(argv) == status
+    if status == exitcodes.UNAVAILABLE:
+        assert "a CPU cell must run every part" in capsys.readouterr().out
