@@ -11,6 +11,7 @@
 The test matrix (README "Test matrix"): one session per cell, tagged by the tier that runs it.
 
     nox -t cpu                   every CPU cell: build(cpu, PIN), load(cpu, PIN), spec(cpu, PIN, D)
+    nox -s cpu-tier              the same cells in one run, two pins at a time (what CI runs)
     nox -t rocm                  the same checks in patched ROCm containers (docker + AMD GPUs);
                                  they skip, saying why, where there is no engine or no /dev/kfd
     nox -s "spec(cpu, 0.5.14, 5)"  one cell; nox -l lists them all
@@ -228,6 +229,15 @@ def rocm_job(session: nox.Session, pin: str) -> None:
     outcome = json.loads(record.read_text())
     if outcome["outcome"] == "skipped":
         session.skip(outcome["reason"])
+
+
+@nox.session(name="cpu-tier", venv_backend="none", default=False, requires=["matrix-env"])
+def cpu_tier(session: nox.Session) -> None:
+    """Matrix: every CPU cell of every pin in one run, two pins at a time (what .ci/run uses; -- PIN... for some)."""
+    if not _TOOLCHAIN_CHECKED:
+        _hip_toolchain(session)
+        _TOOLCHAIN_CHECKED.append(True)
+    session.run(_matrix_python(session), "-m", "sglpatch", "matrix", "run-all", "--jobs", "2", *session.posargs, external=True)
 
 
 @nox.session(venv_backend="none", requires=["matrix-env"])

@@ -87,3 +87,21 @@ def test_a_cpu_cell_that_could_not_run_every_part_fails_unless_allowed(fake_proj
     assert cli.main(argv) == status
     if status == exitcodes.UNAVAILABLE:
         assert "a CPU cell must run every part" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("outcomes, allow, status", [(["passed", "passed"], False, exitcodes.OK),
+                                                     (["passed", "partial"], False, exitcodes.UNAVAILABLE),
+                                                     (["passed", "partial"], True, exitcodes.OK),
+                                                     (["failed", "partial"], True, exitcodes.FAILED)])
+def test_run_all_sums_up_the_cpu_tier_and_exits_like_its_cells(fake_project, monkeypatch, capsys, outcomes, allow, status):
+    from sglpatch import cli
+    from sglpatch.matrix import cpu
+    from sglpatch.matrix.records import CellRecord
+
+    records = [CellRecord("cpu", "build", pin, None, "1", "h", outcome) for pin, outcome in zip(("0.1.0", "0.2.0"), outcomes)]
+    asked = []
+    monkeypatch.setattr(cpu, "run_cpu_tier", lambda project, pins, use_cache=True, jobs=1: asked.append((pins, jobs)) or records)
+    argv = ["--root", str(fake_project.root), "matrix", "run-all", "--jobs", "2", *(["--allow-unavailable"] if allow else [])]
+    assert cli.main(argv) == status
+    assert asked == [([], 2)]
+    assert "2 CPU cells: " in capsys.readouterr().out

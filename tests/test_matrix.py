@@ -220,10 +220,6 @@ def test_the_rocm_build_check_finds_the_kernel_loaders_in_every_layout(version, 
 
 @pytest.mark.network
 def test_load_cell_resolves_the_synthetic_glm_checkpoint_on_the_patched_pin_and_not_on_the_pristine(project_copy, tmp_path):
-    import dataclasses
-
-    from sglpatch.apply import checkout_commit
-
     record = matrix.run_cpu_cell(project_copy, matrix.Cell("cpu", "load", "0.5.14"))
     parts = {part.name.split(" (")[0]: part for part in record.parts}
     witness = _ran(parts["MTP load witness"])
@@ -234,7 +230,6 @@ def test_load_cell_resolves_the_synthetic_glm_checkpoint_on_the_patched_pin_and_
 
     # The same checkpoint on the pristine release: the bring-up's half-width MXFP4 slot.
     put = matrix.prepare_pin(project_copy, "0.5.14")
-    pristine = checkout_commit(put.tree_path, put.pristine_commit, tmp_path / "pristine")
-    part, _ = matrix.synthetic_checkpoint_part(dataclasses.replace(put, tree_path=pristine))
+    part, _ = matrix.synthetic_checkpoint_part(put, put.pristine_commit)
     assert part.outcome == FAILED, part
     assert "shape-mismatch" in part.detail

@@ -174,7 +174,7 @@ def test_the_rocm_jobs_fan_out_over_exactly_the_plan_one_job_per_pin(tmp_path):
     assert door["env"] == {"PIN": "${{ matrix.pin }}", "EVENT": "${{ matrix.event }}"}
     assert any("matrix-${{ matrix.id }}" == s.get("with", {}).get("name") for s in rocm["steps"])
     cpu_runs = [s.get("run", "") for s in jobs["cpu"]["steps"]]
-    assert "nox -t cpu" in cpu_runs and "nox -s tests" in cpu_runs and "nox -s apply" in cpu_runs
+    assert "nox -s cpu-tier" in cpu_runs and "nox -s tests" in cpu_runs and "nox -s apply" in cpu_runs
 
 
 def test_every_planned_session_is_one_nox_lists():

@@ -65,7 +65,7 @@ def test_every_matrix_and_bench_session_runs_in_noxs_own_shared_environment(noxf
     import nox.registry
 
     sessions = nox.registry.get()
-    for name in ("build", "load", "spec", "report", "bench", "accuracy", "tune-moe", "bench-report"):
+    for name in ("build", "load", "spec", "cpu-tier", "report", "bench", "accuracy", "tune-moe", "bench-report"):
         assert sessions[name].requires == ["matrix-env"], name
         assert sessions[name].venv_backend == "none", name
     assert sessions["matrix-env"].venv_backend is None  # nox's default backend: a real venv nox manages

@@ -24,6 +24,12 @@ def register(sub) -> None:
     run.add_argument("--no-cache", action="store_true", help="cpu: run even if the cell's answer is cached")
     witness_mode(run)
     rocm_options(run, "rocm: ")
+    every = add(actions, "run-all", run_all, "every CPU cell of pins in one run (the pins of a worker share its processes)")
+    every.add_argument("pins", nargs="*", help="pin versions (default: all)")
+    every.add_argument("--jobs", type=int, default=1, help="worker processes, each taking whole pins (default: 1)")
+    every.add_argument("--no-cache", action="store_true", help="run even the cells whose answer is cached")
+    witness_mode(every)
+    json_flag(every)
     cells = add(actions, "cells", run_cells, "list the matrix's cells")
     cells.add_argument("--tier", choices=matrix.TIERS, action="append", help="only this tier (repeatable)")
     json_flag(cells)
@@ -71,6 +77,25 @@ def run_cell(project, args) -> int:
     # could not run fails the cell unless the user says otherwise; a ROCm cell without a GPU skips.
     if args.tier == "cpu" and not args.allow_unavailable and record.outcome in (results.PARTIAL, results.SKIPPED):
         say(args, "  a CPU cell must run every part (--allow-unavailable accepts a partial cell)")
+        return exitcodes.UNAVAILABLE
+    return exitcodes.OK
+
+
+def run_all(project, args) -> int:
+    from sglpatch.matrix import records as results
+    from sglpatch.matrix.cpu import run_cpu_tier
+
+    records = run_cpu_tier(project, args.pins, use_cache=not args.no_cache, jobs=max(1, args.jobs))
+    for record in records:
+        say(args, f"{record.outcome:<8} {record.cell_id}" + (" (cached)" if record.cached else "")
+            + (f": {record.reason}" if record.reason else ""))
+    outcomes = [record.outcome for record in records]
+    say(args, f"{len(records)} CPU cells: " + ", ".join(f"{outcomes.count(o)} {o}" for o in results.OUTCOMES if o in outcomes))
+    emit_json(args, [asdict(record) for record in records])
+    if results.FAILED in outcomes:
+        return exitcodes.FAILED
+    if not args.allow_unavailable and (results.PARTIAL in outcomes or results.SKIPPED in outcomes):
+        say(args, "a CPU cell must run every part (--allow-unavailable accepts partial cells)")
         return exitcodes.UNAVAILABLE
     return exitcodes.OK
 

@@ -25,7 +25,7 @@ CPU_TIER_VERSION = "1"
 _CHECKING_CODE = ("cells.py", "pin.py", "kernels.py", "cpu.py", "cpu_checks.py")
 
 
-def _code_digest() -> str:
+def code_digest() -> str:
     """What checks a CPU cell: the matrix modules that run it, the child-side probes and the
     witnesses. A change re-runs the cells."""
     digest = hashlib.sha256(CPU_TIER_VERSION.encode())
@@ -42,7 +42,8 @@ def _code_digest() -> str:
 
 
 def _cache_entry(put: PinUnderTest, cell: Cell) -> Path:
-    key = f"{cell.check}-{cell.pin}-{cell.depth}-{put.patched_tree}-{put.pristine_tree}-{_code_digest()}"
+    key = (f"{cell.check}-{cell.pin}-{cell.depth}-{put.patched_tree}-{put.pristine_tree}-{code_digest()}-"
+           f"{pyenv.env_fingerprint(put.pin)}")
     name = hashlib.sha256(key.encode()).hexdigest()[:32]
     return cache.cache_root() / "matrix" / "cpu" / f"{cell.check}-{cell.pin}-{cell.depth or 0}-{name}.json"
 
@@ -118,3 +119,24 @@ def _finish(record: CellRecord, out: Path, log_path: Path, started: float, log: 
     record.seconds = round(time.monotonic() - started, 2)
     write_record(record, out / "records")
     return record
+
+
+def run_cpu_tier(project: Project, pins: list[str] | None = None, *, use_cache: bool = True, jobs: int = 1) -> list[CellRecord]:
+    """Every CPU cell of the pins (all by default) in this process, or in ``jobs`` worker
+    processes that each take whole pins: the fork servers of the CPU Python, the prepared pins
+    and the per-pin probe run are shared by a pin's cells, instead of one process per cell."""
+    from concurrent.futures import ProcessPoolExecutor
+
+    versions = [pin.version for pin in project.pins().select(pins)]
+    if jobs <= 1 or len(versions) <= 1:
+        return [record for version in versions for record in _pin_cells(project.root, version, use_cache)]
+    with ProcessPoolExecutor(max_workers=jobs) as pool:
+        per_pin = pool.map(_pin_cells, [project.root] * len(versions), versions, [use_cache] * len(versions))
+        return [record for records in per_pin for record in records]
+
+
+def _pin_cells(root: Path, version: str, use_cache: bool) -> list[CellRecord]:
+    from sglpatch.matrix.cells import cells
+
+    project = Project(root)
+    return [run_cpu_cell(project, cell, use_cache=use_cache) for cell in cells([version], ("cpu",))]

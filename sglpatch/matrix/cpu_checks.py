@@ -6,16 +6,19 @@ and returns the log lines worth keeping.
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
 import json
 import tempfile
 from pathlib import Path
 
-from sglpatch import pyenv, witnesses
+from sglpatch import cache, pyenv, witnesses
 from sglpatch.errors import SglpatchError, Unavailable
+from sglpatch.gitcmd import git_out
 from sglpatch.matrix.cells import DEPTHS, PROFILE, depth_argv, depth_flags
 from sglpatch.matrix.kernels import kernel_parts, kernel_sources, multi_step_kernel_threshold, witness_part
 from sglpatch.matrix.pin import PinUnderTest, checkout
-from sglpatch.matrix.records import FAILED, PASSED, SKIPPED, CellRecord, Part, last_json
+from sglpatch.matrix.records import FAILED, PASSED, SKIPPED, CellRecord, Part, write_atomically
 from sglpatch.pins import Pin
 from sglpatch.profile import Profile, load_profile
 from sglpatch.witnesses import CLEAN, mtp_exclude, rocm_flags
@@ -27,6 +30,69 @@ def cpu_python(pin: Pin):
         return pyenv.cpu_python(pin)
     except pyenv.EnvUnavailable as exc:
         raise Unavailable(f"no CPU Python for {pin.version}: {exc}") from None
+
+
+# -- one child per pin -------------------------------------------------------------------------
+
+GLM_CHECKPOINT, MTP_CHECKPOINT, FLAGS_SPEC, IMPORT_SMOKE = "glm-checkpoint", "mtp-checkpoint", "flags-spec", "import-smoke"
+
+
+def pin_probes(put: PinUnderTest, commit: str | None = None) -> dict:
+    """The CPU tier's probes of the patched pin, all in one child that imports its sglang once (on
+    the witnesses' emulated MI355X box): the synthetic GlmMoeDsa checkpoint written and resolved
+    by the MTP probe, the profile at every depth resolved by the flags probe, and the import smoke.
+    ``{"answers": {name: answer}, "failures": {name: why}, "runner": {...}}``, kept in the cache
+    by the patched tree, the checking code and the CPU environment, so the build, load and spec
+    cells of a pin (separate processes) share one run. ``commit``: another commit of the pin's
+    tree repository to probe instead of the patched one (the pristine, to see the bug)."""
+    commit = commit or put.patched_commit
+    tree_hash = put.patched_tree if commit == put.patched_commit else git_out(["rev-parse", f"{commit}^{{tree}}"], put.tree_path)
+    entry = _probes_entry(put, tree_hash)
+    with cache.entry_lock(entry):
+        if entry.is_file():
+            try:
+                return json.loads(entry.read_text())
+            except ValueError:
+                entry.unlink(missing_ok=True)
+        python = cpu_python(put.pin)  # Unavailable when the CPU Python cannot be had here
+        profile = load_profile(PROFILE)
+        with tempfile.TemporaryDirectory(prefix="sglpatch-matrix-probes-") as work:
+            folder = Path(work) / "glm5-synthetic"
+            requests = [
+                pyenv.ProbeRequest(GLM_CHECKPOINT, "glm_checkpoint", {"folder": str(folder)}, 120),
+                mtp_exclude.probe_request(put.pin, {"checkpoint": folder}),
+                rocm_flags.probe_request(profile, spec_scenarios(profile), Path(work)),
+                pyenv.ProbeRequest(IMPORT_SMOKE, "import_smoke", {"modules": import_smoke_modules(put)}, 300),
+            ]
+            environment = requests[1].environment()
+            requests = [dataclasses.replace(r, import_env=environment[0], arch=environment[1]) for r in requests]
+            names = {mtp_exclude.PROBE: MTP_CHECKPOINT, rocm_flags.PROBE: FLAGS_SPEC}
+            requests = [dataclasses.replace(r, name=names.get(r.name, r.name)) for r in requests]
+            run = python.run_probes(checkout(put, commit), requests)
+        found = {"answers": run.answers, "runner": run.runner,
+                 "failures": {r.name: run.failure(r.name) for r in requests if run.failure(r.name)}}
+        if not found["failures"]:
+            write_atomically(entry, json.dumps(found, default=str))
+    return found
+
+
+def _probes_entry(put: PinUnderTest, tree_hash: str) -> Path:
+    from sglpatch.matrix.cpu import code_digest
+
+    key = hashlib.sha256(f"{put.pin.version}\0{tree_hash}\0{code_digest()}\0{pyenv.env_fingerprint(put.pin)}".encode())
+    return cache.cache_root() / "matrix" / "cpu-probes" / f"{put.pin.version}-{key.hexdigest()[:24]}.json"
+
+
+def _answer(put: PinUnderTest, name: str, commit: str | None = None) -> tuple[dict | None, str]:
+    """One probe's answer from the pin's run, or (None, why there is none)."""
+    try:
+        found = pin_probes(put, commit)
+    except Unavailable as exc:
+        return None, f"unavailable: {exc}"
+    failure = found["failures"].get(name)
+    if failure:
+        return None, failure
+    return found["answers"].get(name), ""
 
 
 # -- build ------------------------------------------------------------------------------------------
@@ -65,18 +131,13 @@ def _module_exists(package: Path, module: str) -> bool:
 def import_smoke(put: PinUnderTest) -> tuple[Part, list[str]]:
     name = "import smoke of the patched pin on CPU"
     modules = import_smoke_modules(put)
-    try:
-        python = cpu_python(put.pin)
-    except Unavailable as exc:
-        return Part(name, SKIPPED, str(exc)), []
-    run = python.run([str(pyenv.PROBES / "import_smoke.py"), *modules], tree=put.tree_path, timeout=900)
-    log = [f"$ import_smoke.py {' '.join(modules)}", run.stdout[-20000:], run.stderr[-20000:]]
-    report = last_json(run.stdout)
+    report, why = _answer(put, IMPORT_SMOKE)
     if report is None:
-        return Part(name, FAILED, f"the probe printed no report (exit {run.returncode}): {run.stderr.strip()[-400:]}"), log
+        return Part(name, SKIPPED if why.startswith("unavailable: ") else FAILED, why[:600]), [why]
+    log = [f"import smoke of {' '.join(modules)}: {json.dumps(report, default=str)[:20000]}"]
     failed = {m: e for m, e in report.get("modules", {}).items() if e}
-    if failed or run.returncode != 0:
-        first = next(iter(failed.items()), ("?", run.stderr.strip()[-300:]))
+    if failed:
+        first = next(iter(failed.items()))
         return Part(name, FAILED, f"{len(failed)} of {len(modules)} modules failed; {first[0]}: {first[1]}"), log
     return Part(name, PASSED, f"imported {len(modules)} modules: {', '.join(modules)}"), log
 
@@ -95,27 +156,18 @@ def load_cell(put: PinUnderTest, record: CellRecord) -> list[str]:
     return log
 
 
-def synthetic_checkpoint_part(put: PinUnderTest) -> tuple[Part, list[str]]:
+def synthetic_checkpoint_part(put: PinUnderTest, commit: str | None = None) -> tuple[Part, list[str]]:
     """A GLM-5-shaped Quark checkpoint written by the pin's own transformers, resolved by the
-    patched pin: every excluded MTP module unquantized and loaded exactly, the rest quantized."""
+    patched pin (or ``commit``): every excluded MTP module unquantized and loaded exactly, the rest
+    quantized."""
     name = "synthetic GlmMoeDsa checkpoint through the pin's config and quantization"
-    try:
-        python = cpu_python(put.pin)
-    except Unavailable as exc:
-        return Part(name, SKIPPED, str(exc)), []
-    with tempfile.TemporaryDirectory(prefix="sglpatch-glm-ckpt-") as folder:
-        made = python.run([str(pyenv.PROBES / "glm_checkpoint.py"), folder], tree=put.tree_path, timeout=300)
-        written = last_json(made.stdout)
-        log = [f"$ glm_checkpoint.py: exit {made.returncode}", made.stdout[-4000:], made.stderr[-4000:]]
-        if written is None:
-            return Part(name, FAILED, f"the checkpoint was not written: {made.stderr.strip()[-400:]}"), log
-        try:
-            answer = mtp_exclude.resolve_mtp_modules(put.tree_path, put.pin, checkpoint=Path(folder))
-        except (Unavailable, pyenv.EnvUnavailable) as exc:
-            return Part(name, SKIPPED, str(exc)[:600]), log
-        except Exception as exc:  # ProbeFailed and anything else: the probe's own words
-            return Part(name, FAILED, str(exc)[:600]), log
-    log.append(json.dumps(answer, indent=1, default=str)[:20000])
+    written, why = _answer(put, GLM_CHECKPOINT, commit)
+    if written is None:
+        return Part(name, SKIPPED if why.startswith("unavailable: ") else FAILED, f"the checkpoint was not written: {why}"[:600]), [why]
+    answer, why = _answer(put, MTP_CHECKPOINT, commit)
+    if answer is None:
+        return Part(name, SKIPPED if why.startswith("unavailable: ") else FAILED, why[:600]), [why]
+    log = [json.dumps(answer, indent=1, default=str)[:20000]]
     return judge_checkpoint(name, answer, written), log
 
 
@@ -167,12 +219,12 @@ def spec_cells(put: PinUnderTest, records: dict[int, CellRecord]) -> dict[int, l
     logs: dict[int, list[str]] = {depth: [] for depth in records}
     resolved = None
     name = "profile accepted by the pin's ServerArgs (HIP emulation)"
-    try:
-        resolved = rocm_flags.resolve_server_args(put.tree_path, put.pin, spec_scenarios(profile, list(records)), profile=profile)
-    except Exception as exc:  # WitnessUnavailable: no CPU Python here; anything else is a failure
-        state = SKIPPED if isinstance(exc, (Unavailable, rocm_flags.WitnessUnavailable)) else FAILED
+    answer, why = _answer(put, FLAGS_SPEC)
+    if answer is None:
         for record in records.values():
-            record.parts.append(Part(name, state, str(exc)[:600]))
+            record.parts.append(Part(name, SKIPPED if why.startswith("unavailable: ") else FAILED, why[:600]))
+    else:
+        resolved = answer.get("scenarios") or {}
     try:
         threshold, evidence = multi_step_kernel_threshold(put.tree_path)
     except SglpatchError as exc:

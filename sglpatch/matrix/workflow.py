@@ -78,7 +78,7 @@ jobs:
         # Every toolchain is installed here: a CPU cell that cannot run all its parts fails.
         env:
           SGLPATCH_REQUIRE_WITNESSES: "1"
-        run: nox -t cpu
+        run: nox -s cpu-tier
       - name: matrix table
         if: always()
         run: |

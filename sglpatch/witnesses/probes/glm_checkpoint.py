@@ -9,7 +9,8 @@ MTP layer's index stay as they are. Its ``quantization_config`` is Quark MXFP4 a
 for GLM-5.2: the MTP layer's shared expert and ``eh_proj`` excluded (kept bf16) by their exact
 checkpoint names, and the safetensors file holds those bf16 tensors at full width.
 
-Prints one JSON line: {"folder", "mtp_layer", "excluded", "shape"}.
+Prints one JSON line: {"folder", "mtp_layer", "excluded", "shape"}; as a probe of ``runner.py``
+(``run``) that is its answer.
 """
 
 from __future__ import annotations
@@ -54,7 +55,8 @@ def glm_config() -> dict:
     return config
 
 
-def main(out: str) -> int:
+def write(out: str) -> dict:
+    """Write the checkpoint into ``out``; what was written (folder, MTP layer, excluded names, shape)."""
     config = glm_config()
     layer = config["num_hidden_layers"]  # the MTP layer's index in the checkpoint
     hidden, expert = config["hidden_size"], config["moe_intermediate_size"] * config.get("n_shared_experts", 1)
@@ -72,7 +74,17 @@ def main(out: str) -> int:
     save_bf16_tensors(out, {f"{name}.weight": shape for name, shape in excluded.items()}, seed=78)
     shape = {key: config[key] for key in ("num_hidden_layers", "hidden_size", "moe_intermediate_size",
                                           "n_routed_experts", "n_shared_experts", "num_experts_per_tok")}
-    print(json.dumps({"folder": out, "mtp_layer": layer, "excluded": list(excluded), "shape": shape}))
+    return {"folder": out, "mtp_layer": layer, "excluded": list(excluded), "shape": shape}
+
+
+def run(spec: dict, context) -> dict:
+    """As a probe of ``runner.py`` (before the MTP probe that reads the folder, in one child)."""
+    context.phase("write the GlmMoeDsa checkpoint")
+    return write(spec["folder"])
+
+
+def main(out: str) -> int:
+    print(json.dumps(write(out)))
     return 0
 
 

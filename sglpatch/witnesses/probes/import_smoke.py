@@ -18,25 +18,39 @@ import tempfile
 import traceback
 
 
+def import_all(modules: list[str]) -> dict[str, str]:
+    """Each module: "" when it imported, else the error and where it was raised."""
+    import importlib
+
+    answers = {}
+    for module in modules:
+        try:
+            importlib.import_module(module)
+            answers[module] = ""
+        except BaseException as exc:  # a module that calls sys.exit or raises SystemExit counts too
+            last = traceback.extract_tb(exc.__traceback__)[-1:]
+            where = f" at {last[0].filename.split('/python/')[-1]}:{last[0].lineno}" if last else ""
+            answers[module] = f"{type(exc).__name__}: {exc}{where}"[:500]
+    answers.update(_loaders(modules))
+    return answers
+
+
+def run(spec: dict, context) -> dict:
+    """As a probe of ``runner.py``: the box is the runner's, sglang imported already."""
+    import torch
+
+    context.phase("import the patched modules")
+    return {"modules": import_all(spec["modules"]), "hip": getattr(torch.version, "hip", None)}
+
+
 def main(modules: list[str]) -> int:
     import rocm_box
 
     with tempfile.TemporaryDirectory(prefix="sglpatch-import-smoke-") as workdir:
         box = rocm_box.prepare(json.loads(os.environ.get("SGLPATCH_IMPORT_ENV") or "{}"), workdir=workdir)
-        import importlib
-
         import torch
 
-        answers = {}
-        for module in modules:
-            try:
-                importlib.import_module(module)
-                answers[module] = ""
-            except BaseException as exc:  # a module that calls sys.exit or raises SystemExit counts too
-                last = traceback.extract_tb(exc.__traceback__)[-1:]
-                where = f" at {last[0].filename.split('/python/')[-1]}:{last[0].lineno}" if last else ""
-                answers[module] = f"{type(exc).__name__}: {exc}{where}"[:500]
-        answers.update(_loaders(modules))
+        answers = import_all(modules)
         print(json.dumps({"modules": answers, "hip": getattr(torch.version, "hip", None), "standins": box["standins"]}))
     return 1 if any(answers.values()) else 0
 
