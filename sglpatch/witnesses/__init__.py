@@ -44,7 +44,7 @@ from sglpatch.pins import Pin
 BUG = "bug"
 CLEAN = "clean"
 UNAVAILABLE = "unavailable"
-CACHE_LAYOUT = "2"  # bump when the entry's format or key changes
+CACHE_LAYOUT = "3"  # bump when the entry's format or key changes
 
 
 @dataclass(frozen=True)
@@ -137,8 +137,12 @@ def _weaker_than_available(witness: Witness, level: str, pin: Pin) -> bool:
 
 
 def _entry(witness: Witness, tree_hash: str, pin: Pin, print_: str) -> Path:
-    key = hashlib.sha256(f"{CACHE_LAYOUT}\0{witness.name}\0{print_}\0{pin.version}\0{tree_hash}".encode()).hexdigest()
-    return cache.cache_root() / "witness" / witness.name / f"{pin.version}-{tree_hash}-{key[:16]}.json"
+    """Where the answer for this tree under this fingerprint is kept. The pin's version is not
+    part of the key: what the pin decides beyond its tree (its CPU environment, its tvm-ffi) is in
+    the fingerprint, so a release relabelled, or a rebase's trial of a tree already witnessed,
+    reuses the answer the same tree and environment gave."""
+    key = hashlib.sha256(f"{CACHE_LAYOUT}\0{witness.name}\0{print_}\0{tree_hash}".encode()).hexdigest()
+    return cache.cache_root() / "witness" / witness.name / f"{tree_hash}-{key[:16]}.json"
 
 
 def _load(entry: Path, witness: Witness, pin: Pin) -> WitnessResult | None:
