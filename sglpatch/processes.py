@@ -4,7 +4,10 @@ timeout, and a hang or a failure to start is an error that names what hung, neve
 
 from __future__ import annotations
 
+import os
+import signal
 import subprocess
+import threading
 
 from sglpatch.errors import SglpatchError, Unavailable
 
@@ -21,3 +24,46 @@ def run_tool(command: list[str], what: str, timeout: float, *, unavailable: bool
         raise error(f"{what} did not finish within {timeout:g} s") from None
     except OSError as exc:
         raise error(f"{what} could not start: {exc}") from None
+
+
+def run_tool_lines(command: list[str], what: str, timeout: float, on_line, **kwargs) -> subprocess.CompletedProcess:
+    """``run_tool`` for a tool worth watching as it works (pip building an environment): each
+    line of its output (stdout and stderr together) goes to ``on_line`` as it comes, and all of
+    it is in the result's ``stdout``. A hang past ``timeout`` kills the tool and is named."""
+    try:
+        process = subprocess.Popen(
+            command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1,
+            start_new_session=True, **kwargs,
+        )
+    except OSError as exc:
+        raise SglpatchError(f"{what} could not start: {exc}") from None
+    # A tool that hangs silently never ends the read loop: the timer kills it and whatever it
+    # started (its own session), which closes the pipe.
+    expired = threading.Event()
+
+    def kill_all() -> None:
+        try:
+            os.killpg(process.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+    def give_up() -> None:
+        expired.set()
+        kill_all()
+
+    timer = threading.Timer(timeout, give_up)
+    timer.start()
+    lines = []
+    try:
+        for line in process.stdout:
+            lines.append(line)
+            on_line(line.rstrip("\n"))
+        process.wait()
+    finally:
+        timer.cancel()
+        if process.poll() is None:
+            kill_all()
+            process.wait()
+    if expired.is_set():
+        raise SglpatchError(f"{what} did not finish within {timeout:g} s")
+    return subprocess.CompletedProcess(command, process.returncode, "".join(lines), "")

@@ -45,8 +45,8 @@ from pathlib import Path
 from packaging.requirements import Requirement
 from packaging.version import Version
 
-from sglpatch import cache, sources
-from sglpatch.errors import Unavailable
+from sglpatch import cache, processes, progress, sources
+from sglpatch.errors import SglpatchError, Unavailable
 from sglpatch.pins import Pin
 
 PACKAGE = Path(__file__).parent
@@ -553,14 +553,36 @@ def _make_venv(path: Path) -> None:
 
 
 def _pip(env: Path, args: list[str], what: str) -> None:
-    command = [sys.executable, "-m", "pip", "--python", str(_python(env)), *args, "--disable-pip-version-check", "-q"]
-    try:
-        done = subprocess.run(command, capture_output=True, text=True, timeout=PIP_TIMEOUT_S)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        raise EnvUnavailable(f"CPU witness environment ({what}): {exc}") from None
-    if done.returncode != 0:
-        tail = "\n".join((done.stdout + done.stderr).strip().splitlines()[-8:])
-        raise EnvUnavailable(f"CPU witness environment ({what}): pip failed:\n{tail}")
+    command = [sys.executable, "-m", "pip", "--python", str(_python(env)), *args]
+    command += ["--disable-pip-version-check", "--progress-bar", "off"]
+    with progress.step(f"CPU Python for the witnesses: {what}") as shown:
+        try:
+            done = processes.run_tool_lines(command, f"pip ({what})", PIP_TIMEOUT_S, _pip_progress(shown))
+        except SglpatchError as exc:
+            raise EnvUnavailable(f"CPU witness environment ({what}): {exc}") from None
+        if done.returncode != 0:
+            tail = "\n".join(done.stdout.strip().splitlines()[-8:])
+            raise EnvUnavailable(f"CPU witness environment ({what}): pip failed:\n{tail}")
+
+
+def _pip_progress(shown):
+    """pip's own lines, cut down to which package it is on: a build of several minutes says
+    what it is doing instead of nothing."""
+
+    def on_line(line: str) -> None:
+        words = line.split()
+        if line.startswith("Collecting ") and len(words) > 1:
+            shown.update(f"collecting {words[1]}")
+        elif line.lstrip().startswith("Downloading ") and len(words) > 1:
+            size = " ".join(words[2:]).strip("()")
+            shown.update(f"downloading {words[1].rsplit('/', 1)[-1]}" + (f" ({size})" if size else ""))
+        elif line.startswith("Processing ") and len(words) > 1:
+            shown.update(f"unpacking {words[1].rsplit('/', 1)[-1]}")
+        elif line.startswith("Installing collected packages:"):
+            count = len(line.split(":", 1)[1].split(","))
+            shown.update(f"installing {count} package{'s' if count != 1 else ''}")
+
+    return on_line
 
 
 def _python(env: Path) -> Path:

@@ -83,3 +83,42 @@ def test_the_cli_keeps_stdout_for_its_report_and_quiet_silences_progress(fake_pr
     quiet = subprocess.run([sys.executable, "-m", "sglpatch", "-q", "--root", str(fake_project.root), "apply", "--no-witnesses"],
                            capture_output=True, text=True)
     assert quiet.returncode == 0 and quiet.stderr == "" and "sglang 0.1.0: ok" in quiet.stdout
+
+
+def _fake_pin_cells(root, version, use_cache):
+    # Stands in for a worker's real cells (those are proven in test_matrix): what is judged here
+    # is only what the CPU tier says while its workers run.
+    from sglpatch.matrix.cells import Cell
+
+    with progress.step(f"cpu-build-{version}") as shown:
+        shown.outcome = "passed"
+    return [Cell("cpu", "build", version, None)]
+
+
+def test_the_cpu_tier_says_each_cell_and_counts_the_pins_as_workers_finish(fake_project, monkeypatch, capfd):
+    from sglpatch.matrix import cpu
+
+    monkeypatch.setattr(cpu, "_pin_cells", _fake_pin_cells)
+    progress.configure("lines")
+    versions = [pin.version for pin in fake_project.project.pins().pins]
+    assert len(versions) >= 2
+    assert cpu.run_cpu_tier(fake_project.project, jobs=2) == [cpu.Cell("cpu", "build", v, None) for v in versions]
+    said = [line.split(" ", 1)[1] for line in capfd.readouterr().err.splitlines()]
+    assert said[0] == f"CPU tier: {len(versions)} pins on 2 workers ..."
+    for version in versions:
+        assert f"cpu-build-{version}: passed (0.0 s)" in said  # from the worker that ran it
+    assert f"CPU tier: {len(versions)} pins on 2 workers: {len(versions)}/{len(versions)} pins done" in " ".join(said)
+    assert said[-1].startswith(f"CPU tier: {len(versions)} pins on 2 workers: done (")
+
+
+def test_one_cpu_cell_is_a_step_that_ends_with_its_outcome(fake_project, monkeypatch, capsys):
+    from sglpatch.matrix import cpu
+    from sglpatch.matrix.records import PASSED, CellRecord
+
+    record = CellRecord("cpu", "spec", "0.5.14", 5, "1", "abc", PASSED)
+    record.cached = True
+    monkeypatch.setattr(cpu, "_run_cell", lambda project, cell, use_cache: record)
+    progress.configure("lines")
+    assert cpu.run_cpu_cell(fake_project.project, cpu.Cell("cpu", "spec", "0.5.14", 5)) is record
+    said = [line.split(" ", 1)[1] for line in capsys.readouterr().err.splitlines()]
+    assert said == ["cpu-spec-0.5.14-d5 ...", "cpu-spec-0.5.14-d5: passed (cached) (0.0 s)"]

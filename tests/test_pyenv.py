@@ -8,12 +8,13 @@ import subprocess
 import sys
 import textwrap
 import time
+import zipfile
 from pathlib import Path
 
 import pytest
 
 from conftest import REPO_ROOT
-from sglpatch import pyenv
+from sglpatch import progress, pyenv
 from sglpatch.pins import load_pins
 
 PINS = load_pins(REPO_ROOT / "upstream" / "pins.toml")
@@ -171,3 +172,30 @@ def test_a_probe_script_that_hangs_is_killed_and_the_result_names_it(tmp_path):
     assert time.monotonic() - started < 40
     assert run.returncode == 124 and "started" in run.stdout
     assert run.stderr.strip().endswith(f"hangs.py hung in the CPU Python of {tmp_path.name}: killed after 3 s")
+
+
+def test_building_the_environment_says_which_package_it_is_on(tmp_path, monkeypatch, capsys):
+    # pip of its own would say nothing for minutes with -q; the build shows each package as a
+    # timestamped line (a terminal gets the same as a live display).
+    monkeypatch.setenv("SGLPATCH_CACHE_DIR", str(tmp_path / "cache"))
+    links = tmp_path / "links"
+    links.mkdir()
+    with zipfile.ZipFile(links / "sglpatch_tiny-1.0-py3-none-any.whl", "w") as wheel:
+        wheel.writestr("sglpatch_tiny/__init__.py", "X = 1\n")
+        wheel.writestr("sglpatch_tiny-1.0.dist-info/METADATA", "Metadata-Version: 2.1\nName: sglpatch-tiny\nVersion: 1.0\n")
+        wheel.writestr("sglpatch_tiny-1.0.dist-info/WHEEL", "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n")
+        wheel.writestr("sglpatch_tiny-1.0.dist-info/RECORD", "")
+    requirements = tmp_path / "requirements-cpu.txt"
+    requirements.write_text("sglpatch-tiny==1.0\n")
+    monkeypatch.setattr(pyenv, "REQUIREMENTS", requirements)
+    monkeypatch.setenv("PIP_NO_INDEX", "1")
+    monkeypatch.setenv("PIP_FIND_LINKS", str(links))
+    progress.configure("lines")
+    env = pyenv._base_env()
+    lines = capsys.readouterr().err.splitlines()
+    said = [line.split(" ", 1)[1] for line in lines]
+    assert said[0] == "CPU Python for the witnesses: base ..."
+    assert "CPU Python for the witnesses: base: unpacking sglpatch_tiny-1.0-py3-none-any.whl" in said
+    assert "CPU Python for the witnesses: base: installing 1 package" in said
+    assert said[-1].startswith("CPU Python for the witnesses: base: done (")
+    assert subprocess.run([str(env / "bin" / "python"), "-c", "import sglpatch_tiny"], timeout=60).returncode == 0

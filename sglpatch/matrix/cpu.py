@@ -12,7 +12,7 @@ import json
 import time
 from pathlib import Path
 
-from sglpatch import cache, pyenv
+from sglpatch import cache, progress, pyenv
 from sglpatch.errors import SglpatchError
 from sglpatch.matrix.cells import DEPTHS, Cell, matrix_dir, validate_cell
 from sglpatch.matrix.cpu_checks import build_cell, load_cell, spec_cells
@@ -52,6 +52,13 @@ def run_cpu_cell(project: Project, cell: Cell, *, use_cache: bool = True) -> Cel
     """Run one CPU cell (spec runs every depth of the pin at once and caches each) and write its
     record and log under ``build/matrix``."""
     validate_cell(cell)
+    with progress.step(cell_id(cell.tier, cell.check, cell.pin, cell.depth)) as shown:
+        record = _run_cell(project, cell, use_cache)
+        shown.outcome = record.outcome + (" (cached)" if record.cached else "")
+    return record
+
+
+def _run_cell(project: Project, cell: Cell, use_cache: bool) -> CellRecord:
     started = time.monotonic()
     out = matrix_dir(project)
     log_path = out / "logs" / f"{cell_id(cell.tier, cell.check, cell.pin, cell.depth)}.log"
@@ -125,14 +132,23 @@ def run_cpu_tier(project: Project, pins: list[str] | None = None, *, use_cache: 
     """Every CPU cell of the pins (all by default) in this process, or in ``jobs`` worker
     processes that each take whole pins: the fork servers of the CPU Python, the prepared pins
     and the per-pin probe run are shared by a pin's cells, instead of one process per cell."""
-    from concurrent.futures import ProcessPoolExecutor
+    from concurrent.futures import ProcessPoolExecutor, as_completed
 
     versions = [pin.version for pin in project.pins().select(pins)]
     if jobs <= 1 or len(versions) <= 1:
         return [record for version in versions for record in _pin_cells(project.root, version, use_cache)]
-    with ProcessPoolExecutor(max_workers=jobs) as pool:
-        per_pin = pool.map(_pin_cells, [project.root] * len(versions), versions, [use_cache] * len(versions))
-        return [record for records in per_pin for record in records]
+    per_pin: dict[str, list[CellRecord]] = {}
+    # In a log each worker's cells are lines; on a terminal the live display belongs to this
+    # process alone (a worker writing under it would garble it), so it counts the pins.
+    worker_mode = "lines" if progress.mode() == "lines" else "quiet"
+    with progress.step(f"CPU tier: {len(versions)} pins on {jobs} workers", total=len(versions)) as shown, \
+            ProcessPoolExecutor(max_workers=jobs, initializer=progress.configure, initargs=(worker_mode,)) as pool:
+        futures = {pool.submit(_pin_cells, project.root, version, use_cache): version for version in versions}
+        for future in as_completed(futures):
+            per_pin[futures[future]] = future.result()
+            shown.advance()
+            shown.update(f"{len(per_pin)}/{len(versions)} pins done ({futures[future]})")
+    return [record for version in versions for record in per_pin[version]]
 
 
 def _pin_cells(root: Path, version: str, use_cache: bool) -> list[CellRecord]:
