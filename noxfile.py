@@ -11,7 +11,7 @@
 The test matrix (README "Test matrix"): one session per cell, tagged by the tier that runs it.
 
     nox -t cpu                   every CPU cell: build(cpu, PIN), load(cpu, PIN), spec(cpu, PIN, D)
-    nox -s cpu-tier              the same cells in one run, two pins at a time (what CI runs)
+    nox -s cpu-tier              the same cells in one run, a pin per core at a time (what CI runs)
     nox -t rocm                  the same checks in patched ROCm containers (docker + AMD GPUs);
                                  they skip, saying why, where there is no engine or no /dev/kfd
     nox -s "spec(cpu, 0.5.14, 5)"  one cell; nox -l lists them all
@@ -30,6 +30,7 @@ The bench (README "Bench"), on ROCm nodes: tagged rocm and bench, skipping here 
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -75,7 +76,7 @@ def _cpu_env(session: nox.Session, pins: list[str] | None = None) -> None:
     """The CPU Python of the MTP and flags witnesses for ``pins`` (all by default), built up front
     so a failure is named here; without it those witnesses answer "unavailable" with pip's reason."""
     try:
-        session.run("sglpatch", "cpu-env", *(pins or []))
+        session.run("sglpatch", "cpu-env", *_jobs([]), *(pins or []))
     except nox.command.CommandFailed:
         session.warn("CPU witness environment not built: the MTP and flags witnesses will be unavailable")
 
@@ -88,6 +89,14 @@ def _what_the_run_needs(posargs: list[str]) -> tuple[bool, list[str]]:
     return witnesses, pins
 
 
+def _jobs(posargs: list[str]) -> list[str]:
+    """Pins at a time for the commands that take --jobs: the machine's cores (at most 4: each
+    worker keeps up to three CPU Pythons with torch imported), unless the user said."""
+    if any(arg in ("-j", "--jobs") or arg.startswith(("-j", "--jobs=")) for arg in posargs):
+        return []
+    return ["--jobs", str(max(1, min(4, os.cpu_count() or 1)))]
+
+
 def _sglpatch(session: nox.Session, *args: str) -> None:
     """Install sglpatch and the witness toolchains the run needs, then run one sglpatch command."""
     session.install("-e", ".")
@@ -95,7 +104,8 @@ def _sglpatch(session: nox.Session, *args: str) -> None:
     if witnesses and args[0] in ("apply", "witness", "rebase", "upstream"):
         _hip_toolchain(session)
         _cpu_env(session, pins)
-    session.run("sglpatch", *args, *session.posargs)
+    jobs = _jobs(session.posargs) if args[0] in ("apply", "witness") and "--into" not in session.posargs else []
+    session.run("sglpatch", *args, *jobs, *session.posargs)
 
 
 @nox.session
@@ -233,11 +243,11 @@ def rocm_job(session: nox.Session, pin: str) -> None:
 
 @nox.session(name="cpu-tier", venv_backend="none", default=False, requires=["matrix-env"])
 def cpu_tier(session: nox.Session) -> None:
-    """Matrix: every CPU cell of every pin in one run, two pins at a time (what .ci/run uses; -- PIN... for some)."""
+    """Matrix: every CPU cell of every pin in one run, a pin per core at a time (what .ci/run uses; -- PIN... for some)."""
     if not _TOOLCHAIN_CHECKED:
         _hip_toolchain(session)
         _TOOLCHAIN_CHECKED.append(True)
-    session.run(_matrix_python(session), "-m", "sglpatch", "matrix", "run-all", "--jobs", "2", *session.posargs, external=True)
+    session.run(_matrix_python(session), "-m", "sglpatch", "matrix", "run-all", *_jobs(session.posargs), *session.posargs, external=True)
 
 
 @nox.session(venv_backend="none", requires=["matrix-env"])

@@ -93,30 +93,66 @@ def apply_series(
     allow_unavailable: bool = False,
     discard_local: bool = False,
     record: bool = True,
+    jobs: int = 1,
 ) -> ApplyReport:
     """Apply the series to the named pins (all by default), each independently. Without
     ``record`` nothing of the project changes: trees are built under ``out_dir`` and the lock is
-    only compared (``sglpatch witness``)."""
+    only compared (``sglpatch witness``). With ``jobs`` > 1 the pins are shared out among that
+    many worker processes; each pin's tree and the lock are locked per entry, so the results are
+    the same as one by one."""
     pins = project.pins()
     selected = pins.select(pin_names)
     series = project.series()
     trees = (out_dir or project.build_dir) / "trees"
     trees.mkdir(parents=True, exist_ok=True)
-    results = []
-    for number, pin in enumerate(selected, 1):
-        with progress.step(f"sglang {pin.version} ({number}/{len(selected)})") as shown:
-            result = _apply_one_pin(
-                project, pin, series, trees, git_url,
-                update_lock=update_lock, run_witnesses=run_witnesses,
-                allow_unavailable=allow_unavailable, discard_local=discard_local, record=record,
-            )
-            shown.outcome = "ok" if result.ok else f"FAILED: {result.error[:160]}"
-        results.append(result)
+    options = dict(update_lock=update_lock, run_witnesses=run_witnesses, allow_unavailable=allow_unavailable,
+                   discard_local=discard_local, record=record)
+    if jobs > 1 and len(selected) > 1:
+        results = _apply_in_workers(project, selected, series, trees, git_url, options, jobs)
+    else:
+        results = []
+        for number, pin in enumerate(selected, 1):
+            results.append(_apply_shown(project, pin, series, trees, git_url, options, f"{number}/{len(selected)}"))
     report = ApplyReport(series.version, series.digest(), results, status_suggestions(series, results))
     if record or report_path:
         destination = report_path or (out_dir or project.build_dir) / "apply-report.json"
         cache.write_atomically(destination, report.to_json() + "\n")
     return report
+
+
+def _apply_shown(project, pin, series, trees, git_url, options, place: str) -> PinResult:
+    with progress.step(f"sglang {pin.version} ({place})") as shown:
+        result = _apply_one_pin(project, pin, series, trees, git_url, **options)
+        shown.outcome = "ok" if result.ok else f"FAILED: {result.error[:160]}"
+    return result
+
+
+def _apply_in_workers(project, selected, series, trees, git_url, options, jobs) -> list[PinResult]:
+    """Each worker takes a run of neighbouring pins, in order: neighbours mostly share a CPU
+    Python, so each worker starts few fork servers; the runs are dealt out as workers free up."""
+    from concurrent.futures import ProcessPoolExecutor, as_completed
+
+    size = max(1, -(-len(selected) // (jobs * 2)))  # about two runs per worker, for balance
+    numbered = [(f"{number}/{len(selected)}", pin) for number, pin in enumerate(selected, 1)]
+    runs = [numbered[start:start + size] for start in range(0, len(numbered), size)]
+    # In a log each worker prints its pins' lines; a live display belongs to this process alone.
+    worker_mode = "lines" if progress.mode() == "lines" else "quiet"
+    by_version: dict[str, PinResult] = {}
+    label = f"apply: {len(selected)} pins on {min(jobs, len(runs))} workers"
+    with progress.step(label, total=len(selected)) as shown, \
+            ProcessPoolExecutor(max_workers=jobs, initializer=progress.configure, initargs=(worker_mode,)) as pool:
+        futures = [pool.submit(_apply_run, project, run, series, trees, git_url, options) for run in runs]
+        for future in as_completed(futures):
+            for result in future.result():
+                by_version[result.version] = result
+                shown.advance()
+                shown.update(f"{len(by_version)}/{len(selected)} pins done (sglang {result.version}: "
+                             + ("ok" if result.ok else "FAILED") + ")")
+    return [by_version[pin.version] for pin in selected]
+
+
+def _apply_run(project, run, series, trees, git_url, options) -> list[PinResult]:
+    return [_apply_shown(project, pin, series, trees, git_url, options, place) for place, pin in run]
 
 
 def _apply_one_pin(project, pin, series, trees, git_url, **options) -> PinResult:

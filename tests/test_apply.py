@@ -89,6 +89,31 @@ def test_results_reproduce_bit_for_bit_in_a_fresh_cache_and_output(fake_project,
     assert (fake_project.root / "series.lock").read_text() == lock_before
 
 
+def test_pins_applied_in_worker_processes_give_the_same_report_trees_and_lock(fake_project, tmp_path, monkeypatch):
+    fake_project.set_patches([("0001-guard.patch", _guard_patch(tmp_path)), ("0002-example.patch", _example_patch(tmp_path))])
+    alone = apply_text(fake_project.project)
+    lock = (fake_project.root / "series.lock").read_text()
+    monkeypatch.setenv("SGLPATCH_CACHE_DIR", str(tmp_path / "cache2"))
+    together = apply_text(fake_project.project, out_dir=tmp_path / "elsewhere", jobs=2)
+    assert together.ok, together.to_json()
+    assert [r.version for r in together.results] == fake_project.versions  # in pin order, whoever finished first
+    assert [(r.commit, r.tree, [(o.name, o.status, o.commit) for o in r.patches]) for r in together.results] == \
+        [(r.commit, r.tree, [(o.name, o.status, o.commit) for o in r.patches]) for r in alone.results]
+    assert [r.lock for r in together.results] == ["matches", "matches"]
+    assert (fake_project.root / "series.lock").read_text() == lock
+    for version in fake_project.versions:
+        assert git(tmp_path / "elsewhere" / "trees" / version, "status", "--porcelain").strip() == ""
+
+
+def test_a_new_lock_written_by_workers_at_once_holds_every_pin(fake_project, tmp_path):
+    # Each worker records its pins in the same lock file: none may lose another's entry.
+    fake_project.set_patches([("0001-guard.patch", _guard_patch(tmp_path))])
+    (fake_project.root / "series.lock").unlink(missing_ok=True)
+    report = apply_text(fake_project.project, jobs=2)
+    assert [r.lock for r in report.results] == ["recorded", "recorded"]
+    assert sorted(json.loads((fake_project.root / "series.lock").read_text())["pins"]) == sorted(fake_project.versions)
+
+
 def test_offset_hunks_are_classified_applied_with_offset(fake_project, tmp_path):
     files = tree_files("0.1.0")
     files[EXAMPLE] = _lines(insert_top=3)  # the patch was made on a file with 3 more lines on top

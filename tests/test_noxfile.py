@@ -52,7 +52,8 @@ def test_apply_installs_only_what_the_run_needs(noxfile, posargs, expected):
     assert session.ran() == expected
     cpu_env = [call for call in session.calls if call[:3] == ("run", "sglpatch", "cpu-env")]
     if cpu_env:
-        assert list(cpu_env[0][3:]) == [arg for arg in posargs if not arg.startswith("-")]
+        assert cpu_env[0][3] == "--jobs"  # distinct environments built side by side
+        assert list(cpu_env[0][5:]) == [arg for arg in posargs if not arg.startswith("-")]
 
 
 def test_commands_without_witnesses_install_no_toolchain(noxfile):
@@ -69,3 +70,20 @@ def test_every_matrix_and_bench_session_runs_in_noxs_own_shared_environment(noxf
         assert sessions[name].requires == ["matrix-env"], name
         assert sessions[name].venv_backend == "none", name
     assert sessions["matrix-env"].venv_backend is None  # nox's default backend: a real venv nox manages
+
+
+@pytest.mark.parametrize("command", ["apply", "witness"])
+def test_apply_and_witness_take_a_pin_per_core_unless_told(noxfile, command, monkeypatch):
+    monkeypatch.setattr(noxfile.os, "cpu_count", lambda: 16)
+    session = _Session(["0.5.14"])
+    noxfile._sglpatch(session, command)
+    assert session.calls[-1] == ("run", "sglpatch", command, "--jobs", "4", "0.5.14")  # at most 4
+    session = _Session(["--jobs=1"])
+    noxfile._sglpatch(session, command)
+    assert session.calls[-1] == ("run", "sglpatch", command, "--jobs=1")
+
+
+def test_apply_into_a_checkout_is_one_pin_and_gets_no_jobs(noxfile):
+    session = _Session(["--into", "/sgl-workspace/sglang"])
+    noxfile._sglpatch(session, "apply")
+    assert session.calls[-1] == ("run", "sglpatch", "apply", "--into", "/sgl-workspace/sglang")

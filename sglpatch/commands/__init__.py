@@ -56,6 +56,23 @@ def witness_mode(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def jobs_flag(parser: argparse.ArgumentParser, what: str) -> None:
+    parser.add_argument(
+        "-j", "--jobs", type=_positive, default=1, metavar="N",
+        help=f"{what} in N worker processes at once (default: 1; the nox sessions use the machine's cores)",
+    )
+
+
+def _positive(value: str) -> int:
+    try:
+        number = int(value)
+    except ValueError:
+        number = 0
+    if number < 1:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a positive whole number")
+    return number
+
+
 def text(args: argparse.Namespace):
     """Where a verb's human text goes: stdout, or stderr when stdout carries its JSON document."""
     return sys.stderr if getattr(args, "json", False) else sys.stdout

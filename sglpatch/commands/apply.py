@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from sglpatch import exitcodes
-from sglpatch.commands import add, emit_json, json_flag, say, witness_mode
+from sglpatch.commands import add, emit_json, jobs_flag, json_flag, say, witness_mode
 from sglpatch.errors import SglpatchError
 from sglpatch.project import apply_series
 from sglpatch.report import render_apply
@@ -19,6 +19,7 @@ def register(sub) -> None:
     parser.add_argument("--git-url", help="take pristine trees from this git remote or mirror, not the index")
     parser.add_argument("--report", type=Path, help="write the JSON report here (default: build/apply-report.json)")
     json_flag(parser)
+    jobs_flag(parser, "apply pins")
     parser.add_argument(
         "--no-witnesses",
         action="store_true",
@@ -51,6 +52,7 @@ def run(project, args) -> int:
         run_witnesses=not args.no_witnesses,
         allow_unavailable=args.allow_unavailable,
         discard_local=args.discard_local,
+        jobs=args.jobs,
     )
     where = args.report or (args.out or project.build_dir) / "apply-report.json"
     say(args, render_apply(report, str(where)))

@@ -3,17 +3,18 @@
 from __future__ import annotations
 
 from sglpatch import exitcodes, pyenv
-from sglpatch.commands import add, say
+from sglpatch.commands import add, jobs_flag, say
 
 
 def register(sub) -> None:
     parser = add(sub, "cpu-env", run, "build (or reuse) the CPU Python the witnesses' probes run in")
     parser.add_argument("pins", nargs="*", help="pin versions (default: all)")
+    jobs_flag(parser, "build distinct environments")
 
 
 def run(project, args) -> int:
-    for pin in project.pins().select(args.pins):
-        python = pyenv.cpu_python(pin)
+    pins = project.pins().select(args.pins)
+    for pin, python in zip(pins, pyenv.cpu_pythons(pins, args.jobs)):
         overlay = " ".join(f"{name}{spec}" for name, spec in python.overlay.items()) or "(the base alone)"
         say(args, f"{pin.version}: {python.python}  {overlay}")
     return exitcodes.OK

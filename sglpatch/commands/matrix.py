@@ -6,7 +6,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from sglpatch import exitcodes
-from sglpatch.commands import add, keep_record, emit_json, json_flag, options_from, pin_version, rocm_options, say, witness_mode
+from sglpatch.commands import add, keep_record, emit_json, jobs_flag, json_flag, options_from, pin_version, rocm_options, say, witness_mode
 from sglpatch.errors import SglpatchError
 
 
@@ -26,7 +26,7 @@ def register(sub) -> None:
     rocm_options(run, "rocm: ")
     every = add(actions, "run-all", run_all, "every CPU cell of pins in one run (the pins of a worker share its processes)")
     every.add_argument("pins", nargs="*", help="pin versions (default: all)")
-    every.add_argument("--jobs", type=int, default=1, help="worker processes, each taking whole pins (default: 1)")
+    jobs_flag(every, "run whole pins")
     every.add_argument("--no-cache", action="store_true", help="run even the cells whose answer is cached")
     witness_mode(every)
     json_flag(every)
@@ -85,7 +85,7 @@ def run_all(project, args) -> int:
     from sglpatch.matrix import records as results
     from sglpatch.matrix.cpu import run_cpu_tier
 
-    records = run_cpu_tier(project, args.pins, use_cache=not args.no_cache, jobs=max(1, args.jobs))
+    records = run_cpu_tier(project, args.pins, use_cache=not args.no_cache, jobs=args.jobs)
     for record in records:
         say(args, f"{record.outcome:<8} {record.cell_id}" + (" (cached)" if record.cached else "")
             + (f": {record.reason}" if record.reason else ""))

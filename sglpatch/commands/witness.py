@@ -6,7 +6,7 @@ import tempfile
 from pathlib import Path
 
 from sglpatch import exitcodes
-from sglpatch.commands import add, emit_json, json_flag, say, witness_mode
+from sglpatch.commands import add, emit_json, jobs_flag, json_flag, say, witness_mode
 from sglpatch.project import apply_series
 from sglpatch.report import render_witnesses
 
@@ -16,6 +16,7 @@ def register(sub) -> None:
     parser.add_argument("pins", nargs="*", help="pin versions (default: all)")
     witness_mode(parser)
     json_flag(parser)
+    jobs_flag(parser, "witness pins")
 
 
 def run(project, args) -> int:
@@ -23,7 +24,7 @@ def run(project, args) -> int:
     # apply is the command that records.
     with tempfile.TemporaryDirectory(prefix="sglpatch-witness-") as scratch:
         report = apply_series(project, args.pins, out_dir=Path(scratch), allow_unavailable=args.allow_unavailable,
-                              record=False)
+                              record=False, jobs=args.jobs)
     say(args, render_witnesses(report))
     emit_json(args, report.to_dict())
     return exitcodes.for_pins(report.results)
