@@ -152,7 +152,8 @@ def tests(session: nox.Session) -> None:
     session.install("-e", ".[test]")
     _hip_toolchain(session)
     _cpu_env(session)
-    session.run("pytest", "-n", "auto", *session.posargs)
+    # worksteal: the slow real-pin tests sit together in the order; idle workers take them over.
+    session.run("pytest", "-n", "auto", "--dist", "worksteal", *session.posargs)
 
 
 # -- the test matrix ---------------------------------------------------------------------------

@@ -130,29 +130,55 @@ def _apply_shown(project, pin, series, trees, git_url, options, place: str) -> P
 def _apply_in_workers(project, selected, series, trees, git_url, options, jobs) -> list[PinResult]:
     """Each worker takes a run of neighbouring pins, in order: neighbours mostly share a CPU
     Python, so each worker starts few fork servers; the runs are dealt out as workers free up."""
-    from concurrent.futures import ProcessPoolExecutor, as_completed
+    import multiprocessing
+    import threading
+    from concurrent.futures import ProcessPoolExecutor
 
     size = max(1, -(-len(selected) // (jobs * 2)))  # about two runs per worker, for balance
     numbered = [(f"{number}/{len(selected)}", pin) for number, pin in enumerate(selected, 1)]
     runs = [numbered[start:start + size] for start in range(0, len(numbered), size)]
-    # In a log each worker prints its pins' lines; a live display belongs to this process alone.
+    # In a log each worker prints its pins' lines; a live display belongs to this process alone,
+    # which counts each pin as a worker reports it done.
     worker_mode = "lines" if progress.mode() == "lines" else "quiet"
-    by_version: dict[str, PinResult] = {}
+    finished = multiprocessing.Queue()
     label = f"apply: {len(selected)} pins on {min(jobs, len(runs))} workers"
-    with progress.step(label, total=len(selected)) as shown, \
-            ProcessPoolExecutor(max_workers=jobs, initializer=progress.configure, initargs=(worker_mode,)) as pool:
-        futures = [pool.submit(_apply_run, project, run, series, trees, git_url, options) for run in runs]
-        for future in as_completed(futures):
-            for result in future.result():
-                by_version[result.version] = result
+    with progress.step(label, total=len(selected)) as shown:
+
+        def count() -> None:
+            done = 0
+            for version, ok in iter(finished.get, None):
+                done += 1
                 shown.advance()
-                shown.update(f"{len(by_version)}/{len(selected)} pins done (sglang {result.version}: "
-                             + ("ok" if result.ok else "FAILED") + ")")
+                shown.update(f"{done}/{len(selected)} pins done (sglang {version}: {'ok' if ok else 'FAILED'})")
+
+        counter = threading.Thread(target=count, daemon=True)
+        counter.start()
+        try:
+            with ProcessPoolExecutor(max_workers=jobs, initializer=_start_worker, initargs=(worker_mode, finished)) as pool:
+                futures = [pool.submit(_apply_run, project, run, series, trees, git_url, options) for run in runs]
+                by_version = {result.version: result for future in futures for result in future.result()}
+        finally:
+            finished.put(None)
+            counter.join(timeout=30)
     return [by_version[pin.version] for pin in selected]
 
 
+_finished_queue = None  # in a worker: where each pin it finishes is reported
+
+
+def _start_worker(mode: str, finished) -> None:
+    global _finished_queue
+    progress.configure(mode)
+    _finished_queue = finished
+
+
 def _apply_run(project, run, series, trees, git_url, options) -> list[PinResult]:
-    return [_apply_shown(project, pin, series, trees, git_url, options, place) for place, pin in run]
+    results = []
+    for place, pin in run:
+        results.append(_apply_shown(project, pin, series, trees, git_url, options, place))
+        if _finished_queue is not None:
+            _finished_queue.put((pin.version, results[-1].ok))
+    return results
 
 
 def _apply_one_pin(project, pin, series, trees, git_url, **options) -> PinResult:

@@ -217,3 +217,32 @@ def test_a_server_that_never_came_up_fails_every_check_of_its_group_with_what_it
     outcomes = _outcomes(record)
     assert outcomes["server healthy"] == FAILED and outcomes["no shape mismatch in the server log"] == FAILED
     assert PASSED not in outcomes.values() and record.gpu == "AMD Instinct MI355X"
+
+
+class _Created:
+    """A created container whose engine fails its first starts with the given reasons (a test
+    double of docker's Container: what is judged is what start() does with the engine's answers)."""
+
+    def __init__(self, *failures: str):
+        self.failures, self.starts = list(failures), 0
+
+    def start(self):
+        self.starts += 1
+        if self.failures:
+            error = RuntimeError("500 Server Error")
+            error.explanation = self.failures.pop(0)
+            raise error
+
+
+def test_a_start_the_engine_fumbled_is_tried_again_and_a_real_refusal_is_not(monkeypatch):
+    monkeypatch.setattr(containers.time, "sleep", lambda seconds: None)
+    said = []
+    hiccup = ("failed to create shim task: OCI runtime create failed: runc create failed: unable to start container "
+              "process: can't get final child's PID from pipe: EOF: unknown")
+    flaky = _Created(hiccup)
+    assert containers.start(flaky, said.append) is None and flaky.starts == 2
+    assert said and "trying again (2/3)" in said[0]
+    refused = _Created("error gathering device information while adding custom device \"/dev/kfd\": no such file or directory")
+    assert "/dev/kfd" in containers.start(refused, said.append) and refused.starts == 1
+    broken = _Created(hiccup, hiccup, hiccup)
+    assert containers.start(broken, said.append) == hiccup and broken.starts == containers.START_TRIES

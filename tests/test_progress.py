@@ -10,6 +10,7 @@ import sys
 import pytest
 
 from sglpatch import progress
+from sglpatch.project import apply_series
 
 
 class _Terminal(io.StringIO):
@@ -122,3 +123,15 @@ def test_one_cpu_cell_is_a_step_that_ends_with_its_outcome(fake_project, monkeyp
     assert cpu.run_cpu_cell(fake_project.project, cpu.Cell("cpu", "spec", "0.5.14", 5)) is record
     said = [line.split(" ", 1)[1] for line in capsys.readouterr().err.splitlines()]
     assert said == ["cpu-spec-0.5.14-d5 ...", "cpu-spec-0.5.14-d5: passed (cached) (0.0 s)"]
+
+
+def test_apply_in_workers_counts_each_pin_as_it_is_done(fake_project, monkeypatch, capfd):
+    # The pins' own work is proven in test_apply; judged here is what the parent says meanwhile.
+    progress.configure("lines")
+    report = apply_series(fake_project.project, run_witnesses=False, jobs=2)
+    assert report.ok, report.to_json()
+    said = [line.split(" ", 1)[1] for line in capfd.readouterr().err.splitlines()]
+    counted = [m.group(1) for line in said if (m := re.fullmatch(r"apply: 2 pins on 2 workers: (\d/2) pins done \(sglang \S+: ok\)", line))]
+    assert counted == ["1/2", "2/2"]
+    for version in fake_project.versions:  # each worker's own lines
+        assert any(re.fullmatch(rf"sglang {re.escape(version)} \(\d/2\): ok \([\d.]+ s\)", line) for line in said), said

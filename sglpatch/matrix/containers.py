@@ -16,6 +16,7 @@ import os
 import re
 import tarfile
 import threading
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -200,6 +201,28 @@ class RunOptions:
     timeout: int = 3600
 
 
+# The engine's own failures to set a container up (runc or the shim losing a race under load), not
+# the container's: worth a second try before a check is failed on them.
+ENGINE_HICCUPS = ("OCI runtime create failed", "failed to create shim task")
+START_TRIES = 3
+
+
+def start(container, on_log: Callable[[str], None] = print) -> str | None:
+    """Start a created container; None when it runs, else the engine's reason. A start the
+    engine itself fumbled (``ENGINE_HICCUPS``) is tried again, up to ``START_TRIES`` times."""
+    for attempt in range(1, START_TRIES + 1):
+        try:
+            container.start()
+            return None
+        except Exception as exc:  # docker.errors.APIError: the reason is in its explanation
+            reason = str(getattr(exc, "explanation", None) or exc)
+            if attempt == START_TRIES or not any(hiccup in reason for hiccup in ENGINE_HICCUPS):
+                return reason
+            on_log(f"the engine failed to start the container ({reason[:200]}); trying again ({attempt + 1}/{START_TRIES})")
+            time.sleep(attempt)
+    return None
+
+
 def run_check(
     client,
     image: str,
@@ -237,12 +260,10 @@ def run_check(
             on_log(lines[-1])
 
     try:
-        try:
-            container.start()
-        except Exception as exc:  # docker.errors.APIError: the reason is in its explanation
-            reason = getattr(exc, "explanation", None) or str(exc)
+        reason = start(container, on_log)
+        if reason is not None:
             on_log(f"container did not start: {reason}")
-            return ContainerRun(None, f"container did not start: {reason}", start_error=str(reason))
+            return ContainerRun(None, f"container did not start: {reason}", start_error=reason)
         reader = threading.Thread(target=follow, daemon=True)
         reader.start()
         try:

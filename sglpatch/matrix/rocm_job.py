@@ -258,9 +258,10 @@ class ServerContainer:
                 self.image, ["python3", f"{CHECKS_INSIDE}/serve_check.py", json.dumps(config)],
                 labels={**self.labels, containers.LABEL_OWNER: containers.OWNER}, environment=env, volumes=volumes,
                 network_mode=self.options.network, **gpu)
-            self.container.start()
+            reason = containers.start(self.container, self.emit)
         except Exception as exc:  # docker.errors.APIError: the reason is in its explanation
-            reason = getattr(exc, "explanation", None) or str(exc)
+            reason = str(getattr(exc, "explanation", None) or exc)
+        if reason is not None:
             self.emit(f"the server container did not start: {reason}")
             return {"serving": False, "healthy_s": None, "error": f"the server container did not start: {reason}"[:600]}
         self._reader = threading.Thread(target=self._follow, daemon=True)
