@@ -47,7 +47,11 @@ def _stamp() -> str:
 
 
 def _line(text: str) -> None:
-    print(f"{_stamp()} {text}", file=_stream(), flush=True)
+    # One write per line: print() writes the text and its newline apart, and the lines of worker
+    # processes sharing the stream would interleave between the two.
+    stream = _stream()
+    stream.write(f"{_stamp()} {text}\n")
+    stream.flush()
 
 
 def _live():
@@ -76,7 +80,7 @@ def _live():
             def render(self, task):
                 return self.inner.render(task) if task.fields.get("transfer") else Text("")
 
-        console = Console(file=_stream(), force_terminal=True)
+        console = Console(file=_stream(), force_terminal=True, log_path=False)
         progress = Progress(
             SpinnerColumn(),
             TextColumn("{task.description}"),

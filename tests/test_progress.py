@@ -104,7 +104,7 @@ def test_the_cpu_tier_says_each_cell_and_counts_the_pins_as_workers_finish(fake_
     versions = [pin.version for pin in fake_project.project.pins().pins]
     assert len(versions) >= 2
     assert cpu.run_cpu_tier(fake_project.project, jobs=2) == [cpu.Cell("cpu", "build", v, None) for v in versions]
-    said = [line.split(" ", 1)[1] for line in capfd.readouterr().err.splitlines()]
+    said = [line.split(" ", 1)[1] for line in capfd.readouterr().err.splitlines()]  # whole lines, never interleaved
     assert said[0] == f"CPU tier: {len(versions)} pins on 2 workers ..."
     for version in versions:
         assert f"cpu-build-{version}: passed (0.0 s)" in said  # from the worker that ran it
