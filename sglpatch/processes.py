@@ -26,6 +26,14 @@ def run_tool(command: list[str], what: str, timeout: float, *, unavailable: bool
         raise error(f"{what} could not start: {exc}") from None
 
 
+def kill_session(process: subprocess.Popen) -> None:
+    """SIGKILL a process started with ``start_new_session`` and everything it started."""
+    try:
+        os.killpg(process.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        process.kill()
+
+
 def run_tool_lines(command: list[str], what: str, timeout: float, on_line, **kwargs) -> subprocess.CompletedProcess:
     """``run_tool`` for a tool worth watching as it works (pip building an environment): each
     line of its output (stdout and stderr together) goes to ``on_line`` as it comes, and all of
@@ -41,15 +49,9 @@ def run_tool_lines(command: list[str], what: str, timeout: float, on_line, **kwa
     # started (its own session), which closes the pipe.
     expired = threading.Event()
 
-    def kill_all() -> None:
-        try:
-            os.killpg(process.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-
     def give_up() -> None:
         expired.set()
-        kill_all()
+        kill_session(process)
 
     timer = threading.Timer(timeout, give_up)
     timer.start()
@@ -62,7 +64,7 @@ def run_tool_lines(command: list[str], what: str, timeout: float, on_line, **kwa
     finally:
         timer.cancel()
         if process.poll() is None:
-            kill_all()
+            kill_session(process)
             process.wait()
     if expired.is_set():
         raise SglpatchError(f"{what} did not finish within {timeout:g} s")

@@ -247,10 +247,7 @@ def _child_env(tree: Path | None) -> dict[str, str]:
 
 def _kill_session(process: subprocess.Popen) -> tuple[str, str]:
     """Kill the process and its session; what it had written, (stdout, stderr)."""
-    try:
-        os.killpg(process.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        process.kill()
+    processes.kill_session(process)
     try:
         stdout, stderr = process.communicate(timeout=30)
         return stdout or "", stderr or ""

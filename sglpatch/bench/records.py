@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from sglpatch.cache import write_atomically
-from sglpatch.matrix.records import FAILED, PASSED, SKIPPED, Part, combine
+from sglpatch.matrix.records import FAILED, PASSED, SKIPPED, Part, combine, json_objects
 from sglpatch.rocm_checks import bench_metrics
 
 
@@ -103,12 +103,4 @@ def write_bench_record(record: BenchRecord, folder: Path) -> Path:
 
 def read_bench_records(folder: Path) -> list[BenchRecord]:
     """Every bench record under ``folder`` (recursively, as CI artifacts land)."""
-    found = []
-    for path in sorted(folder.rglob("*.json")):
-        try:
-            data = json.loads(path.read_text())
-        except ValueError:
-            continue
-        if isinstance(data, dict) and data.get("kind") == "bench":
-            found.append(BenchRecord.from_dict(data))
-    return found
+    return [BenchRecord.from_dict(data) for data in json_objects(folder) if data.get("kind") == "bench"]

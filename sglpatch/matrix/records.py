@@ -98,17 +98,24 @@ def failing(record: CellRecord, *, strict: bool = False) -> bool:
     return record.outcome in FAILING or (strict and record.outcome in (PARTIAL, SKIPPED))
 
 
-def read_records(folder: Path) -> list[CellRecord]:
-    """Every record under ``folder`` (recursively: CI artifacts land in one folder per job)."""
-    records = []
+def json_objects(folder: Path) -> list[dict]:
+    """The JSON object of every ``*.json`` file under ``folder``, in path order (recursively: CI
+    artifacts land in one folder per job); a file that is not a JSON object is passed over."""
+    found = []
     for path in sorted(folder.rglob("*.json")):
         try:
             data = json.loads(path.read_text())
         except ValueError:
             continue
-        if isinstance(data, dict) and {"tier", "check", "pin", "outcome"} <= data.keys():
-            records.append(CellRecord.from_dict(data))
-    return records
+        if isinstance(data, dict):
+            found.append(data)
+    return found
+
+
+def read_records(folder: Path) -> list[CellRecord]:
+    """Every cell record under ``folder``."""
+    return [CellRecord.from_dict(data) for data in json_objects(folder)
+            if {"tier", "check", "pin", "outcome"} <= data.keys()]
 
 
 def _column(record: CellRecord) -> str:

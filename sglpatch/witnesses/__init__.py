@@ -181,28 +181,18 @@ def run_cached_many(
     the CPU-probe witnesses among the rest run together in one child process (one sglang
     import), the others one by one. ``materialize`` is called at most once."""
     results: dict[str, WitnessResult] = {}
-    pending: list[tuple[Witness, Path, str]] = []
+    asked = []
     for witness in {witness.name: witness for witness in witnesses}.values():  # each asked once
         print_ = fingerprint(witness, pin)
-        entry = _entry(witness, tree_hash, pin, print_)
-        cached = _load(entry, witness, pin)
-        if cached is not None:
-            results[witness.name] = cached
-        else:
-            pending.append((witness, entry, print_))
+        asked.append((witness, _entry(witness, tree_hash, pin, print_), print_))
+    pending = _take_cached(asked, pin, results)
     if pending:
         # One run per answer: a second process asking for the same entries waits for the first
         # (locks taken in one order, so two never wait on each other) and reads what it wrote.
         with contextlib.ExitStack() as held:
             for _, entry, _ in sorted(pending, key=lambda item: str(item[1])):
                 held.enter_context(cache.entry_lock(entry))
-            still = []
-            for witness, entry, print_ in pending:
-                cached = _load(entry, witness, pin)
-                if cached is not None:
-                    results[witness.name] = cached
-                else:
-                    still.append((witness, entry, print_))
+            still = _take_cached(pending, pin, results)  # what another process answered meanwhile
             if still:
                 tree = materialize()
                 probing = [w for w, _, _ in still if is_probe_witness(w)]
@@ -214,6 +204,18 @@ def run_cached_many(
                     _store(entry, result, print_)
                     results[witness.name] = result
     return {witness.name: results[witness.name] for witness in witnesses}
+
+
+def _take_cached(asked: list[tuple[Witness, Path, str]], pin: Pin, results: dict[str, WitnessResult]) -> list:
+    """Put the cached answers among ``asked`` into ``results``; the rest, still to run."""
+    missing = []
+    for witness, entry, print_ in asked:
+        cached = _load(entry, witness, pin)
+        if cached is not None:
+            results[witness.name] = cached
+        else:
+            missing.append((witness, entry, print_))
+    return missing
 
 
 def doubles_used(answer: dict) -> str:
