@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -63,13 +64,34 @@ def _pinned_versions() -> list[str]:
 PINS = _pinned_versions()
 
 
+TOOLCHAIN_SCRIPT = ["bash", "ci/install-hip-toolchain.sh"]
+
+
 def _hip_toolchain(session: nox.Session) -> None:
     """The pinned HIP toolchain for the rocm-guard witness; where it cannot be installed the
     witness says which weaker level it used, and a required check fails rather than passes."""
     try:
-        session.run("bash", "ci/install-hip-toolchain.sh", external=True)
+        session.run(*TOOLCHAIN_SCRIPT, external=True)
     except nox.command.CommandFailed:
         session.warn("HIP toolchain not installed: rocm-guard falls back to its include-graph level")
+
+
+def _start_hip_toolchain(session: nox.Session) -> subprocess.Popen:
+    session.log(f"{' '.join(TOOLCHAIN_SCRIPT)} (beside the CPU Python)")
+    return subprocess.Popen(TOOLCHAIN_SCRIPT, cwd=ROOT)
+
+
+def _witness_tools(session: nox.Session, pins: list[str] | None = None) -> None:
+    """The HIP toolchain and the CPU Python, side by side: one is mostly fetching and unpacking
+    .debs, the other pip, and on a fresh machine each takes minutes. Each says what failed, as
+    when run alone."""
+    toolchain = _start_hip_toolchain(session)
+    try:
+        _cpu_env(session, pins)
+    finally:
+        status = toolchain.wait()
+    if status != 0:
+        session.warn(f"HIP toolchain not installed (exit {status}): rocm-guard falls back to its include-graph level")
 
 
 def _cpu_env(session: nox.Session, pins: list[str] | None = None) -> None:
@@ -102,8 +124,7 @@ def _sglpatch(session: nox.Session, *args: str) -> None:
     session.install("-e", ".")
     witnesses, pins = _what_the_run_needs([*args[1:], *session.posargs])
     if witnesses and args[0] in ("apply", "witness", "rebase", "upstream"):
-        _hip_toolchain(session)
-        _cpu_env(session, pins)
+        _witness_tools(session, pins)
     jobs = _jobs(session.posargs) if args[0] in ("apply", "witness") and "--into" not in session.posargs else []
     session.run("sglpatch", *args, *jobs, *session.posargs)
 
@@ -150,8 +171,7 @@ def watch(session: nox.Session) -> None:
 def tests(session: nox.Session) -> None:
     """The test suite (pytest with xdist); arguments after -- go to pytest."""
     session.install("-e", ".[test]")
-    _hip_toolchain(session)
-    _cpu_env(session)
+    _witness_tools(session)
     # worksteal: the slow real-pin tests sit together in the order; idle workers take them over.
     session.run("pytest", "-n", "auto", "--dist", "worksteal", *session.posargs)
 

@@ -16,9 +16,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import io
 import re
-import tarfile
 import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -465,32 +463,79 @@ def _tree_of(tree_path: Path, commit: str) -> str:
 
 
 def checkout_commit(repo: Path, commit: str, dest: Path) -> Path:
-    """The files of ``commit`` written to ``dest`` (no .git), for a witness to look at."""
-    archive = run_git(["archive", "--format=tar", commit], repo).stdout
-    with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
-        tar.extractall(dest, filter="data")
+    """The files of ``commit`` written to ``dest`` (no .git), for a witness to look at: by git
+    itself (a private index and ``checkout-index``, which refuses paths outside ``dest``)."""
+    dest.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="sglpatch-checkout-") as scratch:
+        env = {"GIT_INDEX_FILE": str(Path(scratch) / "index")}
+        run_git(["read-tree", commit], repo, env=env)
+        run_git(["--work-tree", str(dest), "checkout-index", "--all", "--force"], repo, env=env)
     return dest
 
 
+def advance_checkout(repo: Path, folder: Path, old: str, new: str) -> Path:
+    """Turn ``folder``, a checkout of ``old``, into one of ``new`` by writing only the paths that
+    differ: a series touches a handful of a release's thousands of files. Where the folder no
+    longer holds exactly ``old``'s paths (something wrote into it), it is checked out afresh."""
+    changed = run_git(["diff-tree", "-r", "-z", "--no-renames", "--name-status", old, new], repo).stdout
+    fields = changed.decode(errors="surrogateescape").split("\0")
+    pairs = list(zip(fields[0::2], fields[1::2]))
+    if _checked_out_paths(folder) != set(_tree_modes(repo, old)):
+        cache.remove(folder)
+        return checkout_commit(repo, new, folder)
+    written = []
+    for status, path in pairs:
+        target = folder / path
+        if status == "D" or target.is_symlink() or target.exists():
+            target.unlink(missing_ok=True)
+        if status == "D":
+            parent = target.parent
+            while parent != folder and not any(parent.iterdir()):
+                parent.rmdir()
+                parent = parent.parent
+        else:
+            written.append(path)
+    if written:
+        with tempfile.TemporaryDirectory(prefix="sglpatch-checkout-") as scratch:
+            env = {"GIT_INDEX_FILE": str(Path(scratch) / "index")}
+            run_git(["read-tree", new], repo, env=env)
+            run_git(["--work-tree", str(folder), "checkout-index", "--force", "-z", "--stdin"], repo, env=env,
+                    input="\0".join(written).encode(errors="surrogateescape") + b"\0")
+    return folder
+
+
+def _checked_out_paths(folder: Path) -> set[str]:
+    found = set()
+    for root, dirs, files in os.walk(folder):
+        for name in files + [d for d in dirs if os.path.islink(os.path.join(root, d))]:
+            found.add(os.path.relpath(os.path.join(root, name), folder))
+    return found
+
+
 class _Checkouts:
-    """Commits checked out on demand (for witnesses) in private folders, removed afterwards."""
+    """The commits witnesses look at, in one private folder removed afterwards: the first checked
+    out, each next one made from the one before (the folder holds one commit at a time)."""
 
     def __init__(self, tree_path: Path):
         self.tree_path = tree_path
-        self.folders: dict[str, Path] = {}
+        self.folder: Path | None = None
+        self.commit: str | None = None
 
     def __enter__(self) -> "_Checkouts":
         return self
 
     def get(self, commit: str) -> Path:
-        if commit not in self.folders:
-            folder = Path(tempfile.mkdtemp(dir=self.tree_path / ".git", prefix="sglpatch-witness-"))
-            self.folders[commit] = checkout_commit(self.tree_path, commit, folder)
-        return self.folders[commit]
+        if self.folder is None:
+            self.folder = Path(tempfile.mkdtemp(dir=self.tree_path / ".git", prefix="sglpatch-witness-"))
+            checkout_commit(self.tree_path, commit, self.folder)
+        elif commit != self.commit:
+            advance_checkout(self.tree_path, self.folder, self.commit, commit)
+        self.commit = commit
+        return self.folder
 
     def __exit__(self, *exc) -> None:
-        for folder in self.folders.values():
-            cache.remove(folder)
+        if self.folder is not None:
+            cache.remove(self.folder)
 
 
 def _tree_modes(tree_path: Path, commit: str) -> dict[str, str]:

@@ -7,12 +7,13 @@ otherwise.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from sglpatch import cache, progress, sources
+from sglpatch import cache, progress, sources, workers
 from sglpatch.apply import PinResult, apply_pin
 from sglpatch.errors import SglpatchError
 from sglpatch.lock import LOCK_FILE
@@ -128,57 +129,44 @@ def _apply_shown(project, pin, series, trees, git_url, options, place: str) -> P
 
 
 def _apply_in_workers(project, selected, series, trees, git_url, options, jobs) -> list[PinResult]:
-    """Each worker takes a run of neighbouring pins, in order: neighbours mostly share a CPU
-    Python, so each worker starts few fork servers; the runs are dealt out as workers free up."""
-    import multiprocessing
-    import threading
-    from concurrent.futures import ProcessPoolExecutor
-
-    size = max(1, -(-len(selected) // (jobs * 2)))  # about two runs per worker, for balance
+    """The pins shared out among ``jobs`` worker processes (``workers.share_out``), each keeping
+    to the pins of one CPU Python while it can, so each environment's fork server starts once."""
     numbered = [(f"{number}/{len(selected)}", pin) for number, pin in enumerate(selected, 1)]
-    runs = [numbered[start:start + size] for start in range(0, len(numbered), size)]
     # In a log each worker prints its pins' lines; a live display belongs to this process alone,
     # which counts each pin as a worker reports it done.
     worker_mode = "lines" if progress.mode() == "lines" else "quiet"
-    finished = multiprocessing.Queue()
-    label = f"apply: {len(selected)} pins on {min(jobs, len(runs))} workers"
+    label = f"apply: {len(selected)} pins on {min(jobs, len(selected))} workers"
     with progress.step(label, total=len(selected)) as shown:
+        done = []
 
-        def count() -> None:
-            done = 0
-            for version, ok in iter(finished.get, None):
-                done += 1
-                shown.advance()
-                shown.update(f"{done}/{len(selected)} pins done (sglang {version}: {'ok' if ok else 'FAILED'})")
+        def count(item, result: PinResult) -> None:
+            done.append(result)
+            shown.advance()
+            shown.update(f"{len(done)}/{len(selected)} pins done (sglang {result.version}: "
+                         f"{'ok' if result.ok else 'FAILED'})")
 
-        counter = threading.Thread(target=count, daemon=True)
-        counter.start()
-        try:
-            with ProcessPoolExecutor(max_workers=jobs, initializer=_start_worker, initargs=(worker_mode, finished)) as pool:
-                futures = [pool.submit(_apply_run, project, run, series, trees, git_url, options) for run in runs]
-                by_version = {result.version: result for future in futures for result in future.result()}
-        finally:
-            finished.put(None)
-            counter.join(timeout=30)
-    return [by_version[pin.version] for pin in selected]
+        groups = {pin.version: _environment_of(pin, options["run_witnesses"]) for pin in selected}
+        work = functools.partial(_apply_numbered, project, series, trees, git_url, options)
+        return workers.share_out(numbered, lambda item: groups[item[1].version], work, jobs,
+                                 initializer=progress.configure, initargs=(worker_mode,), on_done=count)
 
 
-_finished_queue = None  # in a worker: where each pin it finishes is reported
+def _environment_of(pin, run_witnesses: bool) -> str:
+    """Which CPU Python the pin's witnesses run in (pins are grouped by it), or the pin's own
+    version where there are no witnesses or the environment cannot be told yet."""
+    if not run_witnesses:
+        return pin.version
+    from sglpatch import pyenv
+
+    try:
+        return pyenv.env_fingerprint(pin)
+    except SglpatchError:
+        return pin.version
 
 
-def _start_worker(mode: str, finished) -> None:
-    global _finished_queue
-    progress.configure(mode)
-    _finished_queue = finished
-
-
-def _apply_run(project, run, series, trees, git_url, options) -> list[PinResult]:
-    results = []
-    for place, pin in run:
-        results.append(_apply_shown(project, pin, series, trees, git_url, options, place))
-        if _finished_queue is not None:
-            _finished_queue.put((pin.version, results[-1].ok))
-    return results
+def _apply_numbered(project, series, trees, git_url, options, item) -> PinResult:
+    place, pin = item
+    return _apply_shown(project, pin, series, trees, git_url, options, place)
 
 
 def _apply_one_pin(project, pin, series, trees, git_url, **options) -> PinResult:

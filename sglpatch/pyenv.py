@@ -27,6 +27,8 @@ import atexit
 import functools
 import hashlib
 import json
+import multiprocessing
+import multiprocessing.util
 import os
 import platform
 import queue
@@ -417,15 +419,41 @@ def _fork_server(python: "CpuPython", request: ProbeRequest) -> _ForkServer | No
             server = _ForkServer(python.python, request)
         except (OSError, subprocess.TimeoutExpired):
             return None
+        _close_at_exit_of_a_worker()
     _FORK_SERVERS[key] = server
     return server
 
 
 @atexit.register
-def _close_fork_servers() -> None:
+def close_fork_servers() -> None:
+    """Stop this process's fork servers and remove their scratch folders (at exit, or where a
+    process ends past atexit: a pytest-xdist worker, a multiprocessing worker)."""
     for server in _FORK_SERVERS.values():
         server.close()
     _FORK_SERVERS.clear()
+
+
+_closed_at_worker_exit = False
+
+
+def _close_at_exit_of_a_worker() -> None:
+    """A multiprocessing worker ends with os._exit, past atexit: its own servers (and their
+    scratch folders) are closed by multiprocessing's finalizers instead."""
+    global _closed_at_worker_exit
+    if not _closed_at_worker_exit and multiprocessing.parent_process() is not None:
+        multiprocessing.util.Finalize(None, close_fork_servers, exitpriority=10)
+        _closed_at_worker_exit = True
+
+
+def _forget_the_parents_servers() -> None:
+    """In a forked child: the parent's servers share their pipes with it, so the child must
+    neither use nor close them (closing one would remove the parent's scratch folder)."""
+    global _closed_at_worker_exit
+    _FORK_SERVERS.clear()
+    _closed_at_worker_exit = False
+
+
+os.register_at_fork(after_in_child=_forget_the_parents_servers)
 
 
 def _preload_file(python: Path) -> Path:

@@ -78,9 +78,24 @@ def shipped_trees(version: str):
     return _shipped_trees(version)
 
 
+_SESSION_FOLDERS: list[Path] = []  # kept for a worker's whole session, removed at its end
+
+
+@pytest.fixture(scope="session", autouse=True)
+def nothing_left_behind_in_tmp():
+    """A pytest-xdist worker ends past atexit: what the session started or kept is removed here."""
+    yield
+    from sglpatch import pyenv
+
+    pyenv.close_fork_servers()
+    for folder in _SESSION_FOLDERS:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
 @functools.lru_cache(maxsize=None)
 def _shipped_trees(version: str):
     root = Path(tempfile.mkdtemp(prefix=f"sglpatch-shipped-{version}-"))
+    _SESSION_FOLDERS.append(root)
     for part in ("upstream", "patches"):
         shutil.copytree(REPO_ROOT / part, root / part)
     shutil.copy(REPO_ROOT / "series.lock", root / "series.lock")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 
 import pytest
@@ -559,3 +560,39 @@ def test_witnessing_without_recording_compares_with_the_lock_and_moves_no_branch
     differs = apply_series(fake_project.project, ["0.1.0"], out_dir=tmp_path / "scratch2", record=False)
     assert not differs.ok and "differs from the lock" in differs.results[0].error
     assert (fake_project.root / "series.lock").read_text() == lock_before and git(tree, "rev-parse", "HEAD") == head_before
+
+
+def test_a_witness_checkout_moved_to_the_next_commit_holds_exactly_that_commit(tmp_path):
+    from sglpatch.apply import advance_checkout, checkout_commit
+
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    git(repo, "init", "-q")
+    (repo / "kept.py").write_text("kept\n")
+    (repo / "gone").mkdir()
+    (repo / "gone" / "only.py").write_text("removed with its folder\n")
+    (repo / "changed.py").write_text("before\n")
+    git(repo, "add", "-A")
+    git(repo, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "old")
+    old = git(repo, "rev-parse", "HEAD").strip()
+    (repo / "gone" / "only.py").unlink()
+    (repo / "changed.py").write_text("after\n")
+    (repo / "new").mkdir()
+    (repo / "new" / "tool.sh").write_text("#!/bin/sh\n")
+    (repo / "new" / "tool.sh").chmod(0o755)
+    git(repo, "add", "-A")
+    git(repo, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "new")
+    new = git(repo, "rev-parse", "HEAD").strip()
+
+    moved = advance_checkout(repo, checkout_commit(repo, old, tmp_path / "moved"), old, new)
+    fresh = checkout_commit(repo, new, tmp_path / "fresh")
+
+    def listing(folder):
+        return sorted((str(p.relative_to(folder)), p.read_bytes(), os.access(p, os.X_OK))
+                      for p in folder.rglob("*") if p.is_file())
+
+    assert listing(moved) == listing(fresh)
+    assert not (moved / "gone").exists()
+    # A folder something wrote into is not trusted: it is checked out afresh.
+    (moved / "stray.txt").write_text("left by a witness\n")
+    assert listing(advance_checkout(repo, moved, new, old)) == listing(checkout_commit(repo, old, tmp_path / "old"))

@@ -33,8 +33,27 @@ class _Session:
     def warn(self, message):
         self.calls.append(("warn", message))
 
+    def log(self, message):
+        self.calls.append(("log", message))
+
     def ran(self):
         return [" ".join(call[1:3]) for call in self.calls if call[0] == "run"]
+
+
+@pytest.fixture(autouse=True)
+def no_real_toolchain_install(noxfile, monkeypatch):
+    """The sessions' toolchain step is recorded as a call, never run, unless a test says otherwise."""
+    monkeypatch.setattr(noxfile, "_start_hip_toolchain", _started_toolchain)
+
+
+class _Finished:
+    def wait(self):
+        return 0
+
+
+def _started_toolchain(session):
+    session.calls.append(("run", "bash", "ci/install-hip-toolchain.sh"))
+    return _Finished()
 
 
 @pytest.mark.parametrize(
@@ -70,6 +89,22 @@ def test_every_matrix_and_bench_session_runs_in_noxs_own_shared_environment(noxf
         assert sessions[name].requires == ["matrix-env"], name
         assert sessions[name].venv_backend == "none", name
     assert sessions["matrix-env"].venv_backend is None  # nox's default backend: a real venv nox manages
+
+
+def test_the_toolchain_installs_while_the_cpu_python_is_built_and_a_failure_is_named(noxfile, monkeypatch):
+    order = []
+
+    class Running:
+        def wait(self):
+            order.append("toolchain waited for")
+            return 3
+
+    monkeypatch.setattr(noxfile, "_start_hip_toolchain", lambda session: order.append("toolchain started") or Running())
+    monkeypatch.setattr(noxfile, "_cpu_env", lambda session, pins=None: order.append("cpu-env"))
+    session = _Session([])
+    noxfile._witness_tools(session)
+    assert order == ["toolchain started", "cpu-env", "toolchain waited for"]
+    assert session.calls == [("warn", "HIP toolchain not installed (exit 3): rocm-guard falls back to its include-graph level")]
 
 
 @pytest.mark.parametrize("command", ["apply", "witness"])

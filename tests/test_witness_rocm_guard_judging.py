@@ -155,12 +155,11 @@ def test_compile_that_hangs_is_unavailable_naming_the_compiler_and_arch(toolchai
     monkeypatch.setattr(rocm_guard, "COMPILE_TIMEOUT_S", 0.05)
     result = toolchain.check("rocm-guard", kernel_tree(tmp_path), tvm_include, **ONE)
     assert result.state == UNAVAILABLE, result
-    assert "clang++ (hip-compile gfx942) did not finish within 0.05 s" in result.detail
+    assert "clang++ (hip-compile gfx942, host pass) did not finish within 0.05 s" in result.detail
 
 
-def test_a_kernel_closure_compiled_before_is_not_compiled_again(toolchain, tvm_include, tmp_path, monkeypatch):
-    first = toolchain.check("rocm-guard", kernel_tree(tmp_path / "a"), tvm_include, **ONE)
-    assert first.state == CLEAN, first
+def _count_compiles(monkeypatch) -> list[str]:
+    """The compiles ``rocm_guard`` runs from now on, by what it calls them (preprocessing aside)."""
     compiled = []
     real_run = rocm_guard._run
 
@@ -170,13 +169,31 @@ def test_a_kernel_closure_compiled_before_is_not_compiled_again(toolchain, tvm_i
         return real_run(command, what, timeout, **kwargs)
 
     monkeypatch.setattr(rocm_guard, "_run", counting)
+    return compiled
+
+
+def test_a_kernel_closure_compiled_before_is_not_compiled_again(toolchain, tvm_include, tmp_path, monkeypatch):
+    first = toolchain.check("rocm-guard", kernel_tree(tmp_path / "a"), tvm_include, **ONE)
+    assert first.state == CLEAN, first
+    compiled = _count_compiles(monkeypatch)
     # The same kernel sources in another checkout: served from the compile cache.
     again = toolchain.check("rocm-guard", kernel_tree(tmp_path / "b"), tvm_include, **ONE)
     assert again == first and compiled == []
-    # One byte more in a header the compile reads: compiled again.
+    # One line more in a header the compile reads (its code moves down a line): compiled again.
     changed = kernel_tree(tmp_path / "c", extra="// one more line\n")
     assert toolchain.check("rocm-guard", changed, tvm_include, **ONE).state == CLEAN
-    assert compiled == ["clang++ (hip-compile gfx942)"]
+    assert sorted(compiled) == ["clang++ (hip-compile gfx942, device pass)", "clang++ (hip-compile gfx942, host pass)"]
+
+
+def test_both_architectures_share_one_host_pass_and_compile_their_own_device_pass(toolchain, tvm_include, tmp_path,
+                                                                                 monkeypatch):
+    compiled = _count_compiles(monkeypatch)
+    result = toolchain.check("rocm-guard", kernel_tree(tmp_path), tvm_include)
+    assert result.state == CLEAN and result.level == "hip-compile gfx942,gfx950", result
+    hosts = [what for what in compiled if what.endswith("host pass)")]
+    assert len(hosts) == 1, compiled
+    assert sorted(what for what in compiled if what not in hosts) == [
+        "clang++ (hip-compile gfx942, device pass)", "clang++ (hip-compile gfx950, device pass)"]
 
 
 def test_nothing_compiled_is_unavailable_never_clean(toolchain, tvm_include, tmp_path):

@@ -7,6 +7,7 @@ pristine tree hashes and the code that checks them, so a warm re-run of the whol
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import time
@@ -132,23 +133,32 @@ def run_cpu_tier(project: Project, pins: list[str] | None = None, *, use_cache: 
     """Every CPU cell of the pins (all by default) in this process, or in ``jobs`` worker
     processes that each take whole pins: the fork servers of the CPU Python, the prepared pins
     and the per-pin probe run are shared by a pin's cells, instead of one process per cell."""
-    from concurrent.futures import ProcessPoolExecutor, as_completed
+    from sglpatch import workers
 
-    versions = [pin.version for pin in project.pins().select(pins)]
+    selected = project.pins().select(pins)
+    versions = [pin.version for pin in selected]
     if jobs <= 1 or len(versions) <= 1:
         return [record for version in versions for record in _pin_cells(project.root, version, use_cache)]
-    per_pin: dict[str, list[CellRecord]] = {}
     # In a log each worker's cells are lines; on a terminal the live display belongs to this
     # process alone (a worker writing under it would garble it), so it counts the pins.
     worker_mode = "lines" if progress.mode() == "lines" else "quiet"
-    with progress.step(f"CPU tier: {len(versions)} pins on {jobs} workers", total=len(versions)) as shown, \
-            ProcessPoolExecutor(max_workers=jobs, initializer=progress.configure, initargs=(worker_mode,)) as pool:
-        futures = {pool.submit(_pin_cells, project.root, version, use_cache): version for version in versions}
-        for future in as_completed(futures):
-            per_pin[futures[future]] = future.result()
+    with progress.step(f"CPU tier: {len(versions)} pins on {jobs} workers", total=len(versions)) as shown:
+        groups = {}
+        for pin in selected:
+            try:
+                groups[pin.version] = pyenv.env_fingerprint(pin)
+            except SglpatchError:
+                groups[pin.version] = pin.version
+        done = []
+
+        def count(version: str, records: list[CellRecord]) -> None:
+            done.append(version)
             shown.advance()
-            shown.update(f"{len(per_pin)}/{len(versions)} pins done ({futures[future]})")
-    return [record for version in versions for record in per_pin[version]]
+            shown.update(f"{len(done)}/{len(versions)} pins done ({version})")
+
+        per_pin = workers.share_out(versions, groups.get, functools.partial(_pin_cells, project.root, use_cache=use_cache),
+                                    jobs, initializer=progress.configure, initargs=(worker_mode,), on_done=count)
+    return [record for records in per_pin for record in records]
 
 
 def _pin_cells(root: Path, version: str, use_cache: bool) -> list[CellRecord]:

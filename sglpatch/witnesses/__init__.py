@@ -33,6 +33,7 @@ import contextlib
 import hashlib
 import inspect
 import json
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable, Protocol
@@ -179,7 +180,7 @@ def run_cached_many(
 ) -> dict[str, WitnessResult]:
     """Every witness's answer for one tree, by name, in the order given; cached ones are reused,
     the CPU-probe witnesses among the rest run together in one child process (one sglang
-    import), the others one by one. ``materialize`` is called at most once."""
+    import), the others beside it, each in a thread of its own. ``materialize`` is called at most once."""
     results: dict[str, WitnessResult] = {}
     asked = []
     for witness in {witness.name: witness for witness in witnesses}.values():  # each asked once
@@ -196,11 +197,14 @@ def run_cached_many(
             if still:
                 tree = materialize()
                 probing = [w for w, _, _ in still if is_probe_witness(w)]
-                fresh = run_probe_witnesses(probing, tree, pin) if probing else {}
+                others = [w for w, _, _ in still if not is_probe_witness(w)]
+                # The others (compilers) run beside the probe child: each is a process of its own.
+                with ThreadPoolExecutor(max_workers=max(1, len(others))) as pool:
+                    running = {w.name: pool.submit(_run_one, w, tree, pin) for w in others}
+                    fresh = run_probe_witnesses(probing, tree, pin) if probing else {}
+                    fresh.update({name: future.result() for name, future in running.items()})
                 for witness, entry, print_ in still:
-                    result = fresh.get(witness.name)
-                    if result is None:
-                        result = _run_one(witness, tree, pin)
+                    result = fresh[witness.name]
                     _store(entry, result, print_)
                     results[witness.name] = result
     return {witness.name: results[witness.name] for witness in witnesses}

@@ -21,10 +21,11 @@ from the pin's own kernel sources under the ROCm build. Any other failure (anoth
 header, a syntax error, a compiler crash or hang) is ``unavailable`` with the compiler's first
 error, and ``clean`` means every required architecture compiled.
 
-A compile takes 15-60 s per architecture, and most releases share their kernel sources with the
-release before or with their own patched tree, so each compile's answer is kept under a digest of
-everything it reads (``HipToolchain.closure_key``: toolchain stamp, flags, unit, and the bytes of
-every file the preprocessor reaches in the checkout); the same closure is never compiled twice.
+A compile takes 15-60 s per architecture, most of it the host pass, and most releases share their
+kernel sources with the release before or with their own patched tree. So each architecture's
+compile runs as the two passes the driver would run inside it (host, device), and each pass's
+answer is kept under a digest of its preprocessed input (``HipToolchain.pass_key``); the same input
+is never compiled twice, and the host pass, which reads the same for both architectures, once.
 """
 
 from __future__ import annotations
@@ -62,6 +63,7 @@ CUDA_HEADERS = re.compile(r"^cuda(_runtime|_runtime_api|_fp16|_bf16|_fp8)?\.h$")
 # Seconds before a subprocess is taken for hung. A compile of the real unit for one architecture
 # takes 20-60 s on a shared 2-core machine.
 COMPILE_TIMEOUT_S = 900
+SIDES = ("host", "device")  # the passes of one ``clang++ -x hip -c``, compiled and remembered apart
 PREPROCESS_TIMEOUT_S = 300
 QUERY_TIMEOUT_S = 60
 DOWNLOAD_TIMEOUT_S = 300
@@ -298,60 +300,68 @@ class HipToolchain:
                     f"-I{self.rocm_path / 'include'}", f"-I{layout.root / 'include'}"]
         return [*common, f"-I{tvm_include}", f"-I{self.rocm_path / 'include'}", f"-I{layout.root / 'include'}"]
 
-    def compile_unit(self, unit: Path, layout: KernelLayout, tvm_include: Path, arch: str) -> tuple[str, str]:
-        """(state, detail) of compiling ``unit`` for ``arch``.
+    def compile_pass(self, unit: Path, layout: KernelLayout, tvm_include: Path, arch: str, side: str) -> tuple[str, str]:
+        """(state, detail) of one pass (``host`` or ``device``) of compiling ``unit`` for ``arch``,
+        as the driver runs it inside one ``clang++ -x hip -c``.
 
-        The answer is remembered under a digest of everything the compile reads (see
-        ``closure_key``), so a release whose kernel sources are byte for byte those of another
-        is not compiled again; a compile that could not run is never remembered."""
-        key = self.closure_key(unit, layout, tvm_include, arch)
-        entry = compile_cache() / f"{key}.json" if key else None
-        if entry is not None and entry.is_file():
+        The answer is remembered under a digest of the pass's input (``pass_key``), so a release
+        whose preprocessed kernel unit is that of another is not compiled again, nor is the host
+        pass of the second architecture where it reads what the first one did; one process or
+        thread compiles a pass while the others asking for it wait and read its answer. A compile
+        that could not run is never remembered."""
+        key = self.pass_key(unit, layout, tvm_include, arch, side)
+        if key is None:
+            return self._compile(unit, layout, tvm_include, arch, side)
+        entry = compile_cache() / f"{key}.json"
+        with cache.entry_lock(entry, on_wait=lambda message: None):
             try:
                 state, detail = json.loads(entry.read_text())
                 return state, detail
-            except (ValueError, TypeError):
+            except FileNotFoundError:
+                pass
+            except (OSError, ValueError, TypeError):
                 entry.unlink(missing_ok=True)
+            answer = self._compile(unit, layout, tvm_include, arch, side)
+            if answer[0] != UNAVAILABLE:
+                cache.write_atomically(entry, json.dumps(answer))
+        return answer
+
+    def _compile(self, unit: Path, layout: KernelLayout, tvm_include: Path, arch: str, side: str) -> tuple[str, str]:
         command = [str(self.clangxx), "-x", "hip", f"--rocm-path={self.rocm_path}",
-                   *self.flags(layout, tvm_include, arch), "-c", str(unit), "-o", str(unit.with_suffix(f".{arch}.o"))]
+                   *self.flags(layout, tvm_include, arch), f"--offload-{side}-only",
+                   "-c", str(unit), "-o", str(unit.with_suffix(f".{arch}.{side}.o"))]
         try:
-            run = _run(command, f"clang++ (hip-compile {arch})", COMPILE_TIMEOUT_S,
+            run = _run(command, f"clang++ (hip-compile {arch}, {side} pass)", COMPILE_TIMEOUT_S,
                        env={**os.environ, "HIP_PLATFORM": "amd"})
         except Unavailable as exc:
             return UNAVAILABLE, str(exc)
-        answer = (CLEAN, f"{arch} ({fp8_macro(arch)[2:]})") if run.returncode == 0 else _judge_compile(run.stderr, layout)
-        if entry is not None and answer[0] != UNAVAILABLE:
-            cache.write_atomically(entry, json.dumps(answer))
-        return answer
+        return (CLEAN, "") if run.returncode == 0 else _judge_compile(run.stderr, layout)
 
-    def closure_key(self, unit: Path, layout: KernelLayout, tvm_include: Path, arch: str) -> str | None:
-        """A digest of what compiling ``unit`` for ``arch`` reads: the toolchain (its pinned stamp),
-        the flags and the unit with the checkout's own path taken out, the tvm-ffi headers (by
-        folder: they are pinned by version), and the bytes of every file the preprocessor reaches
-        inside the checkout, on the host side and on the device side, plus the name of each
-        header it cannot find. None when the preprocessor cannot say (then nothing is reused)."""
+    def pass_key(self, unit: Path, layout: KernelLayout, tvm_include: Path, arch: str, side: str) -> str | None:
+        """A digest of what one pass compiles: the toolchain's pinned stamp, the pass, the flags
+        that reach the compiler proper, and the unit as the preprocessor hands it on (every file it
+        reaches, line markers included, with the checkout's and the unit's folders taken out).
+        The ``-D`` and ``-I`` flags are in that text already. The host pass does not name the
+        architecture: the driver gives the host compiler the same command for each, but for
+        those flags and the unit's id (measured with clang 22). None when the preprocessor
+        fails (a missing header): then the pass is compiled, and not remembered by this key."""
         root = str(layout.root).rsplit("/python/sglang/", 1)[0]  # the checkout holding python/sglang/...
-        digest = hashlib.sha256(f"rocm-guard-compile-1\0{self.stamp}\0{arch}\0{tvm_include.parent.parent.name}\0".encode())
-        flags = [flag.replace(root, "<tree>") for flag in self.flags(layout, tvm_include, arch)]
-        digest.update("\0".join(flags).encode() + unit.read_text().replace(root, "<tree>").encode())
-        for side in ("--offload-host-only", "--offload-device-only"):
-            command = [str(self.clangxx), "-x", "hip", f"--rocm-path={self.rocm_path}",
-                       *self.flags(layout, tvm_include, arch), side, "-M", "-MG", str(unit)]
-            try:
-                run = _run(command, f"clang++ -M (dependencies for {arch})", PREPROCESS_TIMEOUT_S,
-                           env={**os.environ, "HIP_PLATFORM": "amd"})
-            except Unavailable:
-                return None
-            if run.returncode != 0:
-                return None
-            for dependency in sorted(set(_dependencies(run.stdout))):
-                if Path(dependency) == unit:
-                    continue  # hashed above, with the checkout's path taken out
-                if dependency.startswith(root + "/"):
-                    path = Path(dependency)
-                    digest.update(f"{side}\0{dependency.replace(root, '<tree>')}\0".encode() + path.read_bytes())
-                elif not dependency.startswith("/"):
-                    digest.update(f"{side}\0missing {dependency}\0".encode())
+        flags = self.flags(layout, tvm_include, arch)
+        command = [str(self.clangxx), "-x", "hip", f"--rocm-path={self.rocm_path}", *flags,
+                   f"--offload-{side}-only", "-E", str(unit)]
+        try:
+            run = _run(command, f"clang++ -E (hip-compile {arch}, {side} pass)", PREPROCESS_TIMEOUT_S,
+                       env={**os.environ, "HIP_PLATFORM": "amd"})
+        except Unavailable:
+            return None
+        if run.returncode != 0:
+            return None
+        compiler = [flag for flag in flags if not flag.startswith(("-D", "-I", "--sysroot="))]
+        if side == "host":
+            compiler = [flag for flag in compiler if not flag.startswith("--offload-arch=")]
+        text = run.stdout.replace(root, "<tree>").replace(str(unit.parent), "<unit>")
+        digest = hashlib.sha256(f"rocm-guard-compile-2\0{self.stamp}\0{side}\0".encode())
+        digest.update("\0".join(compiler).encode() + b"\0" + text.encode(errors="surrogateescape"))
         return digest.hexdigest()[:32]
 
     def check(self, name: str, layout: KernelLayout, tvm_include: Path,
@@ -365,9 +375,15 @@ class HipToolchain:
         with tempfile.TemporaryDirectory() as work:
             unit = Path(work) / "cuda.cu"
             unit.write_text(translation_unit(layout))
-            # One compiler per architecture, side by side: each is single-threaded.
-            with ThreadPoolExecutor(max_workers=max(1, len(tried))) as pool:
-                outcomes = dict(zip(tried, pool.map(lambda arch: self.compile_unit(unit, layout, tvm_include, arch), tried)))
+            # Every pass of every architecture side by side: each compiler is single-threaded.
+            # A host pass two architectures share is compiled by one, the other waits for it.
+            passes = [(arch, side) for arch in tried for side in SIDES]
+            with ThreadPoolExecutor(max_workers=max(1, len(passes))) as pool:
+                answers = dict(zip(passes, pool.map(lambda p: self.compile_pass(unit, layout, tvm_include, *p), passes)))
+            outcomes = {}
+            for arch in tried:
+                failed = [answers[arch, side] for side in SIDES if answers[arch, side][0] != CLEAN]
+                outcomes[arch] = failed[0] if failed else (CLEAN, f"{arch} ({fp8_macro(arch)[2:]})")
         bugs = [arch for arch in tried if outcomes[arch][0] == BUG]
         if bugs:
             return WitnessResult(name, BUG, f"hip-compile {','.join(bugs)}", _per_arch(outcomes, bugs))
@@ -386,7 +402,7 @@ class HipToolchain:
 
 
 def compile_cache() -> Path:
-    """Where compile answers are kept by ``HipToolchain.closure_key``."""
+    """Where compile answers are kept by ``HipToolchain.pass_key``."""
     return cache.cache_root() / "rocm-guard-compile"
 
 
