@@ -57,10 +57,16 @@ def pristine_subtree(version: str, dest: Path, path: str = "python/sglang", keep
     ``keep(name)`` narrows them further."""
     pin = REAL_PINS.select([version])[0]
     pristine = sources.pristine_from_index(pin)
-    archive = subprocess.run(["git", "archive", pristine.commit, path], cwd=pristine.repo, capture_output=True, check=True).stdout
-    with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
-        members = [m for m in tar.getmembers() if keep is None or keep(m.name)]
-        tar.extractall(dest, members=members, filter="data")
+    listed = subprocess.run(["git", "ls-tree", "-r", "-z", "--name-only", pristine.commit, "--", path],
+                            cwd=pristine.repo, capture_output=True, check=True).stdout.decode()
+    names = [name for name in listed.split("\0") if name and (keep is None or keep(name))]
+    dest.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory() as scratch:
+        # git's own checkout (a private index), several times faster than unpacking an archive here
+        env = {**os.environ, "GIT_INDEX_FILE": str(Path(scratch) / "index")}
+        subprocess.run(["git", "read-tree", pristine.commit], cwd=pristine.repo, env=env, check=True)
+        subprocess.run(["git", "--work-tree", str(dest), "checkout-index", "--force", "-z", "--stdin"],
+                       cwd=pristine.repo, env=env, input="\0".join(names).encode(), check=True)
     return dest
 
 

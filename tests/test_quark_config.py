@@ -147,29 +147,34 @@ def test_cli_refuses_a_non_string_exclude_entry_in_one_line_and_changes_nothing(
 # -- the hand fix through each pristine release's own code -------------------------------------
 
 
-def _rewritten(tmp_path, spelling: str, seed: int):
-    """A tiny GLM-5 Quark checkpoint (the MTP witness's) spelled ``spelling``, rewritten by the
-    command as a user runs it."""
+@pytest.fixture(scope="module")
+def rewritten(tmp_path_factory) -> dict[str, tuple[Path, str]]:
+    """For each spelling: a tiny GLM-5 Quark checkpoint (the MTP witness's) spelled that way,
+    rewritten by the command as a user runs it, and what the command said. The same for every
+    pin (the rewrite reads only the checkpoint), so it is made once and read by each pin's test."""
+    from sglpatch.witnesses import mtp_exclude
     from sglpatch.witnesses.probes import quark_checkpoint
 
-    folder = tmp_path / spelling
-    quark_checkpoint.write_mtp_checkpoint(str(folder), spelling, seed=seed)
-    run = subprocess.run(["python", "-m", "sglpatch", "quark-mtp-exclude", str(folder)], capture_output=True,
-                         text=True, timeout=120)
-    assert run.returncode == 0, run.stderr
-    return folder, run.stdout
+    made = {}
+    for seed, spelling in enumerate(mtp_exclude.EXCLUDED_SPELLINGS):
+        folder = tmp_path_factory.mktemp("rewritten") / spelling
+        quark_checkpoint.write_mtp_checkpoint(str(folder), spelling, seed=seed)
+        run = subprocess.run(["python", "-m", "sglpatch", "quark-mtp-exclude", str(folder)], capture_output=True,
+                             text=True, timeout=120)
+        assert run.returncode == 0, run.stderr
+        made[spelling] = (folder, run.stdout)
+    return made
 
 
 @pytest.mark.network
 @pytest.mark.parametrize("version", [pin.version for pin in REAL_PINS.pins])
-def test_rewritten_checkpoint_is_clean_on_the_pristine_pin_or_the_command_said_it_cannot(version, tmp_path):
+def test_rewritten_checkpoint_is_clean_on_the_pristine_pin_or_the_command_said_it_cannot(version, tmp_path, rewritten):
     from sglpatch.witnesses import mtp_exclude
 
     pin = REAL_PINS.select([version])[0]
     tree = pristine_subtree(version, tmp_path / "tree")
-    cases, said = {}, {}
-    for seed, spelling in enumerate(mtp_exclude.EXCLUDED_SPELLINGS):
-        cases[spelling], said[spelling] = _rewritten(tmp_path, spelling, seed)
+    cases = {spelling: folder for spelling, (folder, _) in rewritten.items()}
+    said = {spelling: stdout for spelling, (_, stdout) in rewritten.items()}
     try:
         answer = mtp_exclude.resolve_mtp_cases(tree, pin, cases)
     except pyenv.EnvUnavailable as exc:

@@ -605,7 +605,13 @@ class _Job:
                     script = "accuracy_check.py"
                     config.update(mode="attach", state=STATE_INSIDE, questions=accuracy.QUESTIONS, shots=accuracy.SHOTS)
                 run = self._check(server, launch, script, config, {containers.LABEL_CELL: record.cell_id})
-                figures = run_figures(item.check, run, record)
+                stopped = server.still_serving(report) if run.start_error else report
+                if not stopped.get("serving"):
+                    # The server died between the look above and the check joining its network.
+                    figures = {"healthy_s": None, "error": stopped.get("error", "see the server log"),
+                               "mismatch_lines": [], "gpu": report.get("gpu", "")}
+                else:
+                    figures = run_figures(item.check, run, record)
             if figures is not None:
                 if item.check == "accuracy":
                     record.gpu = str(figures.pop("gpu", ""))

@@ -42,6 +42,7 @@ import tempfile
 import zipfile
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import Callable
 from pathlib import Path
 
 from packaging.specifiers import SpecifierSet
@@ -310,21 +311,7 @@ class HipToolchain:
         thread compiles a pass while the others asking for it wait and read its answer. A compile
         that could not run is never remembered."""
         key = self.pass_key(unit, layout, tvm_include, arch, side)
-        if key is None:
-            return self._compile(unit, layout, tvm_include, arch, side)
-        entry = compile_cache() / f"{key}.json"
-        with cache.entry_lock(entry, on_wait=lambda message: None):
-            try:
-                state, detail = json.loads(entry.read_text())
-                return state, detail
-            except FileNotFoundError:
-                pass
-            except (OSError, ValueError, TypeError):
-                entry.unlink(missing_ok=True)
-            answer = self._compile(unit, layout, tvm_include, arch, side)
-            if answer[0] != UNAVAILABLE:
-                cache.write_atomically(entry, json.dumps(answer))
-        return answer
+        return _remembered(key, lambda: self._compile(unit, layout, tvm_include, arch, side))
 
     def _compile(self, unit: Path, layout: KernelLayout, tvm_include: Path, arch: str, side: str) -> tuple[str, str]:
         command = [str(self.clangxx), "-x", "hip", f"--rocm-path={self.rocm_path}",
@@ -402,8 +389,29 @@ class HipToolchain:
 
 
 def compile_cache() -> Path:
-    """Where compile answers are kept by ``HipToolchain.pass_key``."""
+    """Where compile answers are kept by ``HipToolchain.pass_key`` (and ``cuda_check``'s key)."""
     return cache.cache_root() / "rocm-guard-compile"
+
+
+def _remembered(key: str | None, compile_: Callable[[], tuple[str, str]]) -> tuple[str, str]:
+    """``compile_()``'s (state, detail), kept under ``key``: one process or thread compiles while
+    the others asking for the same key wait and read its answer. Without a key it just compiles;
+    a compile that could not run is never kept."""
+    if key is None:
+        return compile_()
+    entry = compile_cache() / f"{key}.json"
+    with cache.entry_lock(entry, on_wait=lambda message: None):
+        try:
+            state, detail = json.loads(entry.read_text())
+            return state, detail
+        except FileNotFoundError:
+            pass
+        except (OSError, ValueError, TypeError):
+            entry.unlink(missing_ok=True)
+        answer = compile_()
+        if answer[0] != UNAVAILABLE:
+            cache.write_atomically(entry, json.dumps(answer))
+    return answer
 
 
 def _per_arch(outcomes: dict[str, tuple[str, str]], arches: list[str]) -> str:
@@ -502,7 +510,10 @@ def _cuda_headers_reached(include_tree: str, layout: KernelLayout) -> tuple[str,
 
 
 def cuda_check(layout: KernelLayout, tvm_include: Path, arch: str = "sm_90") -> WitnessResult:
-    """The CUDA side of the same unit with ``nvcc``, as the loader builds it; unavailable without nvcc."""
+    """The CUDA side of the same unit with ``nvcc``, as the loader builds it; unavailable without
+    nvcc. Its answer is kept under a digest of nvcc's version, the flags, the unit as the host
+    preprocessor hands it on and every file of the kernel sources (where a device-only include
+    lives), so the same input is compiled once."""
     nvcc = shutil.which("nvcc")
     if nvcc is None:
         return WitnessResult("rocm-guard/cuda", UNAVAILABLE, detail="nvcc is not on PATH")
@@ -513,10 +524,31 @@ def cuda_check(layout: KernelLayout, tvm_include: Path, arch: str = "sm_90") -> 
     with tempfile.TemporaryDirectory() as work:
         unit = Path(work) / "cuda.cu"
         unit.write_text(translation_unit(layout))
-        try:
-            run = _run([nvcc, *flags, "-c", str(unit), "-o", str(Path(work) / "cuda.o")], f"nvcc ({arch})", COMPILE_TIMEOUT_S)
-        except Unavailable as exc:
-            return WitnessResult("rocm-guard/cuda", UNAVAILABLE, f"nvcc {arch}", str(exc))
-    if run.returncode != 0:
-        return WitnessResult("rocm-guard/cuda", BUG, f"nvcc {arch}", _first_error(run.stderr))
-    return WitnessResult("rocm-guard/cuda", CLEAN, f"nvcc {arch}", f"compiled for {arch}")
+
+        def compile_() -> tuple[str, str]:
+            try:
+                run = _run([nvcc, *flags, "-c", str(unit), "-o", str(Path(work) / "cuda.o")], f"nvcc ({arch})",
+                           COMPILE_TIMEOUT_S)
+            except Unavailable as exc:
+                return UNAVAILABLE, str(exc)
+            return (CLEAN, f"compiled for {arch}") if run.returncode == 0 else (BUG, _first_error(run.stderr))
+
+        state, detail = _remembered(_nvcc_key(nvcc, flags, unit, layout), compile_)
+    return WitnessResult("rocm-guard/cuda", state, f"nvcc {arch}", detail)
+
+
+def _nvcc_key(nvcc: str, flags: list[str], unit: Path, layout: KernelLayout) -> str | None:
+    root = str(layout.root).rsplit("/python/sglang/", 1)[0]
+    try:
+        version = _run([nvcc, "--version"], "nvcc --version", PREPROCESS_TIMEOUT_S)
+        run = _run([nvcc, *flags, "-E", str(unit)], "nvcc -E", PREPROCESS_TIMEOUT_S)
+    except Unavailable:
+        return None
+    if version.returncode != 0 or run.returncode != 0:
+        return None
+    digest = hashlib.sha256(f"rocm-guard-nvcc-1\0{version.stdout}\0".encode())
+    digest.update("\0".join(flag.replace(root, "<tree>") for flag in flags).encode())
+    digest.update(run.stdout.replace(root, "<tree>").replace(str(unit.parent), "<unit>").encode(errors="surrogateescape"))
+    for path in sorted(p for p in layout.root.rglob("*") if p.is_file()):
+        digest.update(f"\0{path.relative_to(layout.root)}\0".encode() + path.read_bytes())
+    return digest.hexdigest()[:32]
