@@ -65,6 +65,7 @@ PINS = _pinned_versions()
 
 
 TOOLCHAIN_SCRIPT = ["bash", "ci/install-hip-toolchain.sh"]
+TOOLCHAIN_MISSING = "HIP toolchain not installed{how}: rocm-guard falls back to its include-graph level"
 
 
 def _hip_toolchain(session: nox.Session) -> None:
@@ -73,7 +74,7 @@ def _hip_toolchain(session: nox.Session) -> None:
     try:
         session.run(*TOOLCHAIN_SCRIPT, external=True)
     except nox.command.CommandFailed:
-        session.warn("HIP toolchain not installed: rocm-guard falls back to its include-graph level")
+        session.warn(TOOLCHAIN_MISSING.format(how=""))
 
 
 def _start_hip_toolchain(session: nox.Session) -> subprocess.Popen:
@@ -91,7 +92,7 @@ def _witness_tools(session: nox.Session, pins: list[str] | None = None) -> None:
     finally:
         status = toolchain.wait()
     if status != 0:
-        session.warn(f"HIP toolchain not installed (exit {status}): rocm-guard falls back to its include-graph level")
+        session.warn(TOOLCHAIN_MISSING.format(how=f" (exit {status})"))
 
 
 def _cpu_env(session: nox.Session, pins: list[str] | None = None) -> None:

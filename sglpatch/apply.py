@@ -462,14 +462,19 @@ def _tree_of(tree_path: Path, commit: str) -> str:
     return git_out(["rev-parse", f"{commit}^{{tree}}"], tree_path)
 
 
-def checkout_commit(repo: Path, commit: str, dest: Path) -> Path:
-    """The files of ``commit`` written to ``dest`` (no .git), for a witness to look at: by git
-    itself (a private index and ``checkout-index``, which refuses paths outside ``dest``)."""
+def checkout_commit(repo: Path, commit: str, dest: Path, paths: list[str] | None = None) -> Path:
+    """The files of ``commit`` (only ``paths`` where given) written to ``dest`` (no .git), for a
+    witness to look at: by git itself (a private index and ``checkout-index``, which refuses
+    paths outside ``dest``)."""
     dest.mkdir(parents=True, exist_ok=True)
+    if paths is not None and not paths:
+        return dest
+    which = ["--all"] if paths is None else ["-z", "--stdin"]
+    names = None if paths is None else "\0".join(paths).encode(errors="surrogateescape") + b"\0"
     with tempfile.TemporaryDirectory(prefix="sglpatch-checkout-") as scratch:
         env = {"GIT_INDEX_FILE": str(Path(scratch) / "index")}
         run_git(["read-tree", commit], repo, env=env)
-        run_git(["--work-tree", str(dest), "checkout-index", "--all", "--force"], repo, env=env)
+        run_git(["--work-tree", str(dest), "checkout-index", "--force", *which], repo, env=env, input=names)
     return dest
 
 
@@ -477,14 +482,13 @@ def advance_checkout(repo: Path, folder: Path, old: str, new: str) -> Path:
     """Turn ``folder``, a checkout of ``old``, into one of ``new`` by writing only the paths that
     differ: a series touches a handful of a release's thousands of files. Where the folder no
     longer holds exactly ``old``'s paths (something wrote into it), it is checked out afresh."""
-    changed = run_git(["diff-tree", "-r", "-z", "--no-renames", "--name-status", old, new], repo).stdout
-    fields = changed.decode(errors="surrogateescape").split("\0")
-    pairs = list(zip(fields[0::2], fields[1::2]))
     if _checked_out_paths(folder) != set(_tree_modes(repo, old)):
         cache.remove(folder)
         return checkout_commit(repo, new, folder)
+    changed = run_git(["diff-tree", "-r", "-z", "--no-renames", "--name-status", old, new], repo).stdout
+    fields = changed.decode(errors="surrogateescape").split("\0")
     written = []
-    for status, path in pairs:
+    for status, path in zip(fields[0::2], fields[1::2]):
         target = folder / path
         if status == "D" or target.is_symlink() or target.exists():
             target.unlink(missing_ok=True)
@@ -496,11 +500,7 @@ def advance_checkout(repo: Path, folder: Path, old: str, new: str) -> Path:
         else:
             written.append(path)
     if written:
-        with tempfile.TemporaryDirectory(prefix="sglpatch-checkout-") as scratch:
-            env = {"GIT_INDEX_FILE": str(Path(scratch) / "index")}
-            run_git(["read-tree", new], repo, env=env)
-            run_git(["--work-tree", str(folder), "checkout-index", "--force", "-z", "--stdin"], repo, env=env,
-                    input="\0".join(written).encode(errors="surrogateescape") + b"\0")
+        checkout_commit(repo, new, folder, written)
     return folder
 
 

@@ -145,23 +145,13 @@ def _apply_in_workers(project, selected, series, trees, git_url, options, jobs) 
             shown.update(f"{len(done)}/{len(selected)} pins done (sglang {result.version}: "
                          f"{'ok' if result.ok else 'FAILED'})")
 
-        groups = {pin.version: _environment_of(pin, options["run_witnesses"]) for pin in selected}
+        from sglpatch import pyenv
+
+        # Without witnesses no CPU Python is used, and none is looked up.
+        groups = {pin.version: pyenv.env_group(pin) if options["run_witnesses"] else pin.version for pin in selected}
         work = functools.partial(_apply_numbered, project, series, trees, git_url, options)
         return workers.share_out(numbered, lambda item: groups[item[1].version], work, jobs,
                                  initializer=progress.configure, initargs=(worker_mode,), on_done=count)
-
-
-def _environment_of(pin, run_witnesses: bool) -> str:
-    """Which CPU Python the pin's witnesses run in (pins are grouped by it), or the pin's own
-    version where there are no witnesses or the environment cannot be told yet."""
-    if not run_witnesses:
-        return pin.version
-    from sglpatch import pyenv
-
-    try:
-        return pyenv.env_fingerprint(pin)
-    except SglpatchError:
-        return pin.version
 
 
 def _apply_numbered(project, series, trees, git_url, options, item) -> PinResult:

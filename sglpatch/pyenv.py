@@ -304,6 +304,15 @@ def env_fingerprint(pin: Pin) -> str:
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()
 
 
+def env_group(pin: Pin) -> str:
+    """What pins sharing a CPU Python have in common (``env_fingerprint``), for handing them to
+    one worker; the pin's own version where its environment cannot be told yet."""
+    try:
+        return env_fingerprint(pin)
+    except SglpatchError:
+        return pin.version
+
+
 def _env_python_version(env: Path) -> str:
     """The Python version a venv was made with (its pyvenv.cfg), else the one that would make it."""
     try:

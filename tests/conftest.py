@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 
 from sglpatch import sources, witnesses
+from sglpatch.apply import checkout_commit
 from sglpatch.pins import load_pins
 from sglpatch.project import Project
 from sglpatch.series import load_series
@@ -60,14 +61,7 @@ def pristine_subtree(version: str, dest: Path, path: str = "python/sglang", keep
     listed = subprocess.run(["git", "ls-tree", "-r", "-z", "--name-only", pristine.commit, "--", path],
                             cwd=pristine.repo, capture_output=True, check=True).stdout.decode()
     names = [name for name in listed.split("\0") if name and (keep is None or keep(name))]
-    dest.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory() as scratch:
-        # git's own checkout (a private index), several times faster than unpacking an archive here
-        env = {**os.environ, "GIT_INDEX_FILE": str(Path(scratch) / "index")}
-        subprocess.run(["git", "read-tree", pristine.commit], cwd=pristine.repo, env=env, check=True)
-        subprocess.run(["git", "--work-tree", str(dest), "checkout-index", "--force", "-z", "--stdin"],
-                       cwd=pristine.repo, env=env, input="\0".join(names).encode(), check=True)
-    return dest
+    return checkout_commit(pristine.repo, pristine.commit, dest, names)
 
 
 def apply_rendition(tree: Path, patch: str, version: str) -> Path:
@@ -116,8 +110,6 @@ def witnessed(witness, version: str, patched: bool, dest: Path) -> WitnessResult
     """``witness``'s answer on the pin's pristine or patched tree, exactly as ``apply`` asks for it
     (``witnesses.run_cached``: the same tree hash and fingerprint), so a test and an apply share
     one run; a change to the witness's code or environment changes its key and runs it again."""
-    from sglpatch.apply import checkout_commit
-
     result = shipped_trees(version)
     tree_repo = Path(result.tree_path)
     commit = result.commit if patched else result.pristine

@@ -143,12 +143,7 @@ def run_cpu_tier(project: Project, pins: list[str] | None = None, *, use_cache: 
     # process alone (a worker writing under it would garble it), so it counts the pins.
     worker_mode = "lines" if progress.mode() == "lines" else "quiet"
     with progress.step(f"CPU tier: {len(versions)} pins on {jobs} workers", total=len(versions)) as shown:
-        groups = {}
-        for pin in selected:
-            try:
-                groups[pin.version] = pyenv.env_fingerprint(pin)
-            except SglpatchError:
-                groups[pin.version] = pin.version
+        groups = {pin.version: pyenv.env_group(pin) for pin in selected}
         done = []
 
         def count(version: str, records: list[CellRecord]) -> None:

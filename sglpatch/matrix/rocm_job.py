@@ -592,11 +592,7 @@ class _Job:
         started = time.monotonic()
         try:
             report = server.still_serving(report)
-            if not report.get("serving"):
-                # The server never came up (or died): the check fails with what was reported.
-                figures = {"healthy_s": None, "error": report.get("error", "see the server log"),
-                           "mismatch_lines": report.get("mismatch_lines") or [], "gpu": report.get("gpu", "")}
-            else:
+            if report.get("serving"):
                 config = {"mode": item.check, **self._server_config(report)}
                 script = "serve_check.py"
                 if item.check == "spec":
@@ -605,13 +601,15 @@ class _Job:
                     script = "accuracy_check.py"
                     config.update(mode="attach", state=STATE_INSIDE, questions=accuracy.QUESTIONS, shots=accuracy.SHOTS)
                 run = self._check(server, launch, script, config, {containers.LABEL_CELL: record.cell_id})
-                stopped = server.still_serving(report) if run.start_error else report
-                if not stopped.get("serving"):
-                    # The server died between the look above and the check joining its network.
-                    figures = {"healthy_s": None, "error": stopped.get("error", "see the server log"),
-                               "mismatch_lines": [], "gpu": report.get("gpu", "")}
-                else:
-                    figures = run_figures(item.check, run, record)
+                if run.start_error:
+                    # The server may have died between the look above and the check joining its network.
+                    report = server.still_serving(report)
+            if report.get("serving"):
+                figures = run_figures(item.check, run, record)
+            else:
+                # The server never came up (or died): the check fails with what was reported.
+                figures = {"healthy_s": None, "error": report.get("error", "see the server log"),
+                           "mismatch_lines": report.get("mismatch_lines") or [], "gpu": report.get("gpu", "")}
             if figures is not None:
                 if item.check == "accuracy":
                     record.gpu = str(figures.pop("gpu", ""))

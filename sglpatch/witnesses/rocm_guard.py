@@ -88,6 +88,12 @@ class KernelLayout:
     def header(self) -> Path:
         return self.root / HEADER
 
+    @property
+    def checkout(self) -> str:
+        """The checkout holding python/sglang/...: taken out of what is digested, so the same
+        sources in another folder give the same key."""
+        return str(self.root).rsplit("/python/sglang/", 1)[0]
+
 
 def kernel_layout(tree: Path) -> KernelLayout | None:
     package = tree.resolve() / "python" / "sglang"
@@ -332,7 +338,7 @@ class HipToolchain:
         architecture: the driver gives the host compiler the same command for each, but for
         those flags and the unit's id (measured with clang 22). None when the preprocessor
         fails (a missing header): then the pass is compiled, and not remembered by this key."""
-        root = str(layout.root).rsplit("/python/sglang/", 1)[0]  # the checkout holding python/sglang/...
+        root = layout.checkout
         flags = self.flags(layout, tvm_include, arch)
         command = [str(self.clangxx), "-x", "hip", f"--rocm-path={self.rocm_path}", *flags,
                    f"--offload-{side}-only", "-E", str(unit)]
@@ -538,7 +544,7 @@ def cuda_check(layout: KernelLayout, tvm_include: Path, arch: str = "sm_90") -> 
 
 
 def _nvcc_key(nvcc: str, flags: list[str], unit: Path, layout: KernelLayout) -> str | None:
-    root = str(layout.root).rsplit("/python/sglang/", 1)[0]
+    root = layout.checkout
     try:
         version = _run([nvcc, "--version"], "nvcc --version", PREPROCESS_TIMEOUT_S)
         run = _run([nvcc, *flags, "-E", str(unit)], "nvcc -E", PREPROCESS_TIMEOUT_S)
