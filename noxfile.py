@@ -29,6 +29,7 @@ The bench (README "Bench"), on ROCm nodes: tagged rocm and bench, skipping here 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -83,25 +84,69 @@ def _start_hip_toolchain(session: nox.Session) -> subprocess.Popen:
 
 
 def _witness_tools(session: nox.Session, pins: list[str] | None = None) -> None:
-    """The HIP toolchain and the CPU Python, side by side: one is mostly fetching and unpacking
-    .debs, the other pip, and on a fresh machine each takes minutes. Each says what failed, as
-    when run alone."""
+    """The HIP toolchain and the CPU Python, side by side, both ready before the tests: one is
+    mostly fetching and unpacking .debs, the other pip, and on a fresh machine each takes minutes.
+    Each says what failed, as when run alone."""
     toolchain = _start_hip_toolchain(session)
     try:
         _cpu_env(session, pins)
     finally:
-        status = toolchain.wait()
+        _toolchain_ready(session, toolchain)
+
+
+@contextlib.contextmanager
+def _witness_tools_beside_the_run(session: nox.Session, pins: list[str] | None = None):
+    """For a command that runs the witnesses (apply, witness, rebase, upstream): the toolchain
+    before it (the compile witness looks for it when it runs), and the CPU Python built beside the
+    toolchain and then beside the command itself. The command's workers compile meanwhile and wait
+    for an environment (its lock in the cache) only when a probe needs it, so on a fresh machine
+    the minutes pip takes are not minutes the cores stand idle. A failure is named, as when run
+    alone, and the witnesses that needed the environment answer "unavailable" with pip's reason."""
+    toolchain = _start_hip_toolchain(session)
+    cpu_env, log = _start_cpu_env(session, pins)
+    try:
+        _toolchain_ready(session, toolchain)
+        yield
+    except BaseException:
+        cpu_env.terminate()
+        raise
+    finally:
+        if cpu_env.wait() != 0:
+            session.warn(f"{CPU_ENV_MISSING} (see {log})")
+
+
+def _toolchain_ready(session: nox.Session, toolchain: subprocess.Popen) -> None:
+    status = toolchain.wait()
     if status != 0:
         session.warn(TOOLCHAIN_MISSING.format(how=f" (exit {status})"))
+
+
+CPU_ENV_MISSING = "CPU witness environment not built: the MTP and flags witnesses will be unavailable"
+
+
+def _cpu_env_command(pins: list[str] | None) -> list[str]:
+    return ["sglpatch", "cpu-env", *_jobs([]), *(pins or [])]
 
 
 def _cpu_env(session: nox.Session, pins: list[str] | None = None) -> None:
     """The CPU Python of the MTP and flags witnesses for ``pins`` (all by default), built up front
     so a failure is named here; without it those witnesses answer "unavailable" with pip's reason."""
     try:
-        session.run("sglpatch", "cpu-env", *_jobs([]), *(pins or []))
+        session.run(*_cpu_env_command(pins))
     except nox.command.CommandFailed:
-        session.warn("CPU witness environment not built: the MTP and flags witnesses will be unavailable")
+        session.warn(CPU_ENV_MISSING)
+
+
+def _start_cpu_env(session: nox.Session, pins: list[str] | None = None) -> tuple[subprocess.Popen, Path]:
+    """``_cpu_env`` as a process of its own, its lines in a log (two live displays on one
+    terminal would garble each other)."""
+    log = Path(session.create_tmp()) / "cpu-env.log"
+    command = _cpu_env_command(pins)
+    session.log(f"{' '.join(command)} (beside the run; its log: {log})")
+    with log.open("w") as out:
+        process = subprocess.Popen([str(Path(session.bin) / command[0]), *command[1:]], cwd=ROOT,
+                                   stdout=out, stderr=subprocess.STDOUT)
+    return process, log
 
 
 def _what_the_run_needs(posargs: list[str]) -> tuple[bool, list[str]]:
@@ -124,10 +169,10 @@ def _sglpatch(session: nox.Session, *args: str) -> None:
     """Install sglpatch and the witness toolchains the run needs, then run one sglpatch command."""
     session.install("-e", ".")
     witnesses, pins = _what_the_run_needs([*args[1:], *session.posargs])
-    if witnesses and args[0] in ("apply", "witness", "rebase", "upstream"):
-        _witness_tools(session, pins)
     jobs = _jobs(session.posargs) if args[0] in ("apply", "witness") and "--into" not in session.posargs else []
-    session.run("sglpatch", *args, *jobs, *session.posargs)
+    with (_witness_tools_beside_the_run(session, pins) if witnesses and args[0] in ("apply", "witness", "rebase", "upstream")
+          else contextlib.nullcontext()):
+        session.run("sglpatch", *args, *jobs, *session.posargs)
 
 
 @nox.session
@@ -191,7 +236,7 @@ _TOOLCHAIN_CHECKED: list[bool] = []
 @nox.session(name="matrix-env", default=False)
 def matrix_env(session: nox.Session) -> None:
     """The one environment the matrix, bench and report sessions run in (nox -R reuses it as is)."""
-    session.install("-e", ".[rocm]")
+    session.install("-e", ".[rocm,bench]")
     _MATRIX_PYTHON[:] = [str(Path(session.bin) / "python")]
 
 

@@ -340,7 +340,7 @@ class _ForkServer:
         config = Path(self.work) / "config.json"
         config.write_text(json.dumps({
             "workdir": self.work, "import_env": dict(request.import_env), "arch": request.arch,
-            "preload": _preload_list(python),
+            "preload": _preload_list(python), "bytecode_cache": str(bytecode_cache_dir(python)),
         }))
         env = _child_env(None)
         self.log = open(Path(self.work) / "server.log", "w")
@@ -575,7 +575,14 @@ def _overlay_env(base: Path, wanted: dict[str, str]) -> Path:
     return _cached_env(path, build)
 
 
+_FAILED_BUILDS: dict[Path, EnvUnavailable] = {}  # in this process: each tree's probes ask again
+
+
 def _cached_env(path: Path, build) -> Path:
+    """``path`` built by ``build`` once, under its lock; a build that failed in this process is
+    not tried again by it (its error is raised again), one that failed in another is."""
+    if path in _FAILED_BUILDS:
+        raise _FAILED_BUILDS[path]
     marker = path / "sglpatch-complete.json"
     with cache.entry_lock(path):
         if marker.exists() and _python(path).exists():
@@ -591,8 +598,10 @@ def _cached_env(path: Path, build) -> Path:
             marker_tmp = staging / "sglpatch-complete.json"
             marker_tmp.write_text(json.dumps({"packages": _installed_versions(staging)}, sort_keys=True, indent=1))
             staging.rename(path)
-        except BaseException:
+        except BaseException as exc:
             shutil.rmtree(staging, ignore_errors=True)
+            if isinstance(exc, EnvUnavailable):
+                _FAILED_BUILDS[path] = exc
             raise
     return path
 
@@ -604,8 +613,10 @@ def _make_venv(path: Path) -> None:
 
 
 def _pip(env: Path, args: list[str], what: str) -> None:
+    # --no-compile: the probes compile what they import into their content-keyed bytecode cache
+    # (probes/bytecode.py); pip's compile of every file was half of the base's install.
     command = [sys.executable, "-m", "pip", "--python", str(_python(env)), *args]
-    command += ["--disable-pip-version-check", "--progress-bar", "off"]
+    command += ["--no-compile", "--disable-pip-version-check", "--progress-bar", "off"]
     with progress.step(f"CPU Python for the witnesses: {what}") as shown:
         try:
             done = processes.run_tool_lines(command, f"pip ({what})", PIP_TIMEOUT_S, _pip_progress(shown))

@@ -42,18 +42,32 @@ class _Session:
 
 @pytest.fixture(autouse=True)
 def no_real_toolchain_install(noxfile, monkeypatch):
-    """The sessions' toolchain step is recorded as a call, never run, unless a test says otherwise."""
+    """The sessions' toolchain and background CPU Python steps are recorded as calls, never run,
+    unless a test says otherwise."""
     monkeypatch.setattr(noxfile, "_start_hip_toolchain", _started_toolchain)
+    monkeypatch.setattr(noxfile, "_start_cpu_env", lambda session, pins=None: _started_cpu_env(noxfile, session, pins))
 
 
 class _Finished:
+    def __init__(self, status=0, seen=None, what=""):
+        self.status, self.seen, self.what = status, seen if seen is not None else [], what
+
     def wait(self):
-        return 0
+        self.seen.append(f"{self.what} waited for")
+        return self.status
+
+    def terminate(self):
+        self.seen.append(f"{self.what} stopped")
 
 
 def _started_toolchain(session):
     session.calls.append(("run", "bash", "ci/install-hip-toolchain.sh"))
     return _Finished()
+
+
+def _started_cpu_env(noxfile, session, pins):
+    session.calls.append(("run", *noxfile._cpu_env_command(pins)))
+    return _Finished(), "cpu-env.log"
 
 
 @pytest.mark.parametrize(
@@ -105,6 +119,31 @@ def test_the_toolchain_installs_while_the_cpu_python_is_built_and_a_failure_is_n
     noxfile._witness_tools(session)
     assert order == ["toolchain started", "cpu-env", "toolchain waited for"]
     assert session.calls == [("warn", "HIP toolchain not installed (exit 3): rocm-guard falls back to its include-graph level")]
+
+
+def test_apply_runs_beside_the_cpu_python_build_once_the_toolchain_is_there(noxfile, monkeypatch):
+    seen = []
+    monkeypatch.setattr(noxfile, "_start_hip_toolchain", lambda session: seen.append("toolchain started") or _Finished(0, seen, "toolchain"))
+    monkeypatch.setattr(noxfile, "_start_cpu_env", lambda session, pins=None: (seen.append("cpu-env started") or _Finished(2, seen, "cpu-env"), "cpu-env.log"))
+    session = _Session([])
+    session.run = lambda *args, **kwargs: seen.append(" ".join(args[:2]))
+    noxfile._sglpatch(session, "apply")
+    assert seen == ["toolchain started", "cpu-env started", "toolchain waited for", "sglpatch apply", "cpu-env waited for"]
+    assert session.calls[-1] == ("warn", f"{noxfile.CPU_ENV_MISSING} (see cpu-env.log)")
+
+
+def test_a_failed_apply_stops_the_cpu_python_build_beside_it(noxfile, monkeypatch):
+    seen = []
+    monkeypatch.setattr(noxfile, "_start_cpu_env", lambda session, pins=None: (_Finished(0, seen, "cpu-env"), "cpu-env.log"))
+    session = _Session([])
+
+    def fails(*args, **kwargs):
+        raise RuntimeError("apply failed")
+
+    session.run = fails
+    with pytest.raises(RuntimeError):
+        noxfile._sglpatch(session, "apply")
+    assert seen == ["cpu-env stopped", "cpu-env waited for"]
 
 
 @pytest.mark.parametrize("command", ["apply", "witness"])

@@ -100,7 +100,7 @@ def test_the_bytecode_cache_is_keyed_on_content_and_names_the_right_file(tmp_pat
     for tree in ("a", "b"):
         answer = _probe(tmp_path, f"""
             import json, sys, bytecode
-            stats = bytecode.install({str(tmp_path / tree / "python")!r}, {str(cache)!r})
+            stats = bytecode.install([{str(tmp_path / tree / "python")!r}], {str(cache)!r})
             sys.path.insert(0, {str(tmp_path / tree / "python")!r})
             import pkg
             print(json.dumps({{"stats": stats, "file": pkg.where()}}))
@@ -110,6 +110,27 @@ def test_the_bytecode_cache_is_keyed_on_content_and_names_the_right_file(tmp_pat
     assert seen[1]["stats"] == {"hit": 1, "miss": 0}  # same content at another path: compiled once
     assert seen[1]["file"] == str(tmp_path / "b" / "python" / "pkg" / "__init__.py")
     assert not list((tmp_path / "a").rglob("__pycache__")), "the tree got a __pycache__"
+
+
+def test_the_environments_packages_are_compiled_once_into_the_cache_and_not_beside_their_source(tmp_path):
+    for env in ("one", "two"):  # two overlays holding the same version of a package
+        package = tmp_path / env / "lib" / "site-packages" / "thirdparty"
+        package.mkdir(parents=True)
+        (package / "__init__.py").write_text("VALUE = 41 + 1\n")
+    cache = tmp_path / "pyc"
+    seen = []
+    for env in ("one", "two", "one"):
+        seen.append(_probe(tmp_path, f"""
+            import json, sys, bytecode
+            sys.path.insert(0, {str(tmp_path / env / "lib" / "site-packages")!r})
+            stats = bytecode.install(bytecode.environment_roots(), {str(cache)!r})
+            import thirdparty
+            print(json.dumps({{"stats": dict(stats), "value": thirdparty.VALUE, "file": thirdparty.__file__}}))
+        """))
+    assert [answer["value"] for answer in seen] == [42, 42, 42]
+    assert seen[0]["stats"]["miss"] >= 1 and seen[1]["stats"]["miss"] == seen[2]["stats"]["miss"] == 0
+    assert seen[1]["file"] == str(tmp_path / "two" / "lib" / "site-packages" / "thirdparty" / "__init__.py")
+    assert not list(tmp_path.glob("*/lib/site-packages/**/__pycache__")), "bytecode was written beside the source"
 
 
 @pytest.mark.network
@@ -150,7 +171,7 @@ def test_hip_emulation_makes_torch_report_the_chosen_amd_gpu(tmp_path):
                       "triton": ["hip", "gfx950", 64], "triton_after": "gfx942"}
 
 
-def test_a_failed_environment_build_is_unavailable_and_leaves_nothing(tmp_path, monkeypatch):
+def test_a_failed_environment_build_is_unavailable_leaves_nothing_and_is_not_retried_by_the_same_process(tmp_path, monkeypatch):
     monkeypatch.setenv("SGLPATCH_CACHE_DIR", str(tmp_path / "cache"))
     requirements = tmp_path / "requirements-cpu.txt"
     requirements.write_text("sglpatch-there-is-no-such-package==0.0.1\n")
@@ -160,6 +181,10 @@ def test_a_failed_environment_build_is_unavailable_and_leaves_nothing(tmp_path, 
     with pytest.raises(pyenv.EnvUnavailable, match="CPU witness environment \\(base\\): pip failed"):
         pyenv._base_env()
     assert not [p for p in (tmp_path / "cache" / "pyenv").glob("base-*") if p.is_dir()], "a half-built environment was left"
+    # The next tree asking in this process gets the same answer without pip failing again.
+    monkeypatch.setattr(pyenv, "_pip", lambda *args: pytest.fail("pip ran again for a build that failed"))
+    with pytest.raises(pyenv.EnvUnavailable, match="pip failed"):
+        pyenv._base_env()
 
 
 def test_a_probe_script_that_hangs_is_killed_and_the_result_names_it(tmp_path):

@@ -1,11 +1,15 @@
-"""A bytecode cache keyed on source content, for the trees the probes import sglang from.
+"""A bytecode cache keyed on source content, for the trees the probes import sglang from and
+for the environment's own packages.
 
 Every tree is a fresh checkout at a temporary path, so Python's own ``__pycache__`` (keyed by
 path and modification time, and not written at all under ``PYTHONDONTWRITEBYTECODE``) never
 helps: each probe run compiled thousands of sglang files from source. Here a module under the
 tree is compiled once per distinct content: its code object is stored under the SHA-256 of the
 source bytes (and the interpreter's magic number), so the pristine and patched trees of a pin,
-and the releases that share a file, share its bytecode. A cached code object gets the file name
+and the releases that share a file, share its bytecode. The CPU environments are installed
+without bytecode (pip's own compile of all 14,000 files of the base took 55 s of its 111 s, and
+a probe imports about a tenth of them), and their ``site-packages`` load through the same cache:
+what is imported is compiled once, and overlays holding the same package version share it. A cached code object gets the file name
 of the source it now stands for (``_imp._fix_co_filename``, what CPython does for a moved
 ``.pyc``), so tracebacks, ``inspect.getsource`` and triton's kernel parser read the right file.
 
@@ -56,22 +60,34 @@ class ContentKeyedLoader(importlib.machinery.SourceFileLoader):
         return code
 
 
-def install(root: str, cache_dir: str) -> dict:
-    """Load every module under ``root`` (the tree's python/ folder) through the content-keyed
-    cache in ``cache_dir``; other modules load as usual. Returns the hit/miss counters."""
+_ROOTS: list[str] = []  # the folders whose modules load through the cache
+_FINDER_HOOK = importlib.machinery.FileFinder.path_hook(
+    (importlib.machinery.ExtensionFileLoader, importlib.machinery.EXTENSION_SUFFIXES),
+    (ContentKeyedLoader, importlib.machinery.SOURCE_SUFFIXES),
+    (importlib.machinery.SourcelessFileLoader, importlib.machinery.BYTECODE_SUFFIXES),
+)
+
+
+def _hook(path):
+    absolute = os.path.abspath(path or os.getcwd())
+    if any(absolute == root or absolute.startswith(root + os.sep) for root in _ROOTS):
+        return _FINDER_HOOK(path)
+    raise ImportError("not under a cached root: the usual finders take it")
+
+
+def environment_roots() -> list[str]:
+    """The interpreter's site-packages folders: its own and those a ``.pth`` adds (an overlay's base)."""
+    return [os.path.abspath(p) for p in sys.path if p and os.path.basename(os.path.normpath(p)) == "site-packages"]
+
+
+def install(roots: list[str], cache_dir: str) -> dict:
+    """Load every module under ``roots`` (the tree's python/ folder, the environment's
+    site-packages) through the content-keyed cache in ``cache_dir``; other modules load as
+    usual. Called again (a forked child adding its tree), it adds the new roots. Returns the
+    hit/miss counters."""
     ContentKeyedLoader.cache_dir = cache_dir
-    root = os.path.abspath(root)
-    tree_hook = importlib.machinery.FileFinder.path_hook(
-        (importlib.machinery.ExtensionFileLoader, importlib.machinery.EXTENSION_SUFFIXES),
-        (ContentKeyedLoader, importlib.machinery.SOURCE_SUFFIXES),
-    )
-
-    def hook(path):
-        absolute = os.path.abspath(path or os.getcwd())
-        if absolute == root or absolute.startswith(root + os.sep):
-            return tree_hook(path)
-        raise ImportError("not under the tree: the usual finders take it")
-
-    sys.path_hooks.insert(0, hook)
+    _ROOTS.extend(root for root in map(os.path.abspath, roots) if root not in _ROOTS)
+    if _hook not in sys.path_hooks:
+        sys.path_hooks.insert(0, _hook)
     sys.path_importer_cache.clear()
     return ContentKeyedLoader.stats

@@ -86,7 +86,9 @@ def main(spec_path: str, out_dir: str, box: dict | None = None) -> int:
 def third_party_modules(tree: str | None) -> list[str]:
     """Modules imported from the environment's site-packages, in import order: what a fork
     server can import ahead for the next tree (``zygote.py``), none of sglang's."""
-    roots = tuple(os.path.abspath(p) for p in sys.path if p and "site-packages" in p)
+    import bytecode
+
+    roots = tuple(bytecode.environment_roots())
     tree = os.path.abspath(tree) if tree else None
     found = []
     for name, module in list(sys.modules.items()):
@@ -102,10 +104,11 @@ def _prepare(spec: dict, context: Context, timings: dict, report: dict, box: dic
     context.probe = "runner"
     context.phase("prepare the emulated MI355X box")
     tree = spec.get("tree")
-    if spec.get("bytecode_cache") and tree:
+    if spec.get("bytecode_cache"):
         import bytecode
 
-        report["bytecode"] = bytecode.install(tree, spec["bytecode_cache"])
+        report["bytecode"] = bytecode.install([*([tree] if tree else []), *bytecode.environment_roots()],
+                                              spec["bytecode_cache"])
     import rocm_box
 
     if box is None:

@@ -55,6 +55,10 @@ def main(config_path: str) -> int:
     import warnings
 
     warnings.filterwarnings("ignore")
+    if config.get("bytecode_cache"):
+        import bytecode
+
+        bytecode.install(bytecode.environment_roots(), config["bytecode_cache"])
     import rocm_box
 
     box = rocm_box.prepare_box(config.get("import_env", {}), config.get("arch") or rocm_box.MI355X, config["workdir"])
