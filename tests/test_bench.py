@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import stat
+import sys
 from pathlib import Path
 
 import pytest
@@ -16,6 +17,7 @@ from sglpatch.bench.client import bench_client
 from sglpatch.bench.collect import collect
 from sglpatch.bench.records import BenchRecord, read_bench_records, write_bench_record
 from sglpatch.bench.workloads import Serving, SingleStream
+from sglpatch.errors import SglpatchError
 from sglpatch.matrix.records import PARTIAL, PASSED
 from sglpatch.rocm_checks import bench_metrics, power
 
@@ -173,6 +175,14 @@ def test_the_table_has_the_write_ups_shape_with_power_and_the_plot_is_a_png(tmp_
     assert "untuned aiter MoE shape" in table and "fusion inert" in table
     png = report.plot_serving(record, tmp_path / "serving.png")
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10000
+
+
+def test_the_plot_without_matplotlib_installed_is_a_one_line_error_naming_the_extra(tmp_path, monkeypatch):
+    record = collect(_template(), "as-shipped", _measured(tmp_path, [(0.5, 449, 0.6)]))
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # what an install without the extra gives
+    with pytest.raises(SglpatchError, match=r"serving\.png: the bench plot needs matplotlib: pip install 'sglpatch\[bench\]'"):
+        report.plot_serving(record, tmp_path / "serving.png")
+    assert not (tmp_path / "serving.png").exists()
 
 
 def test_compare_prints_per_figure_ratios_between_pristine_and_patched(tmp_path):

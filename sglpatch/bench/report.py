@@ -16,6 +16,7 @@ from packaging.version import Version
 from sglpatch.bench import scan
 from sglpatch.bench.records import BenchRecord
 from sglpatch.bench.workloads import PUBLISHED_SERVING, PUBLISHED_SINGLE_STREAM_TOK_S
+from sglpatch.errors import SglpatchError
 
 
 def _number(value, spec: str, none: str = "—") -> str:
@@ -98,7 +99,11 @@ def render_bench_markdown(records: list[BenchRecord]) -> str:
 
 def plot_serving(record: BenchRecord, path: Path) -> Path:
     """tok/s/node and TTFT p50/p95 against RPS, the knee marked, the write-up's points beside ours."""
-    import matplotlib
+    try:
+        import matplotlib
+    except ImportError:
+        raise SglpatchError(f"{path.name}: the bench plot needs matplotlib: pip install 'sglpatch[bench]' "
+                            "(nox's matrix-env has it)") from None
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
