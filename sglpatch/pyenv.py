@@ -149,13 +149,39 @@ class CpuPython:
             return subprocess.CompletedProcess(command, 124, stdout or "", stderr)
         return subprocess.CompletedProcess(command, process.returncode, stdout, stderr)
 
-    def run_probes(self, tree: Path, probes: list[ProbeRequest], *, timeout: float | None = None) -> ProbeRun:
+    def run_probes(self, tree: Path, probes: list[ProbeRequest], *, timeout: float | None = None,
+                   remember: bool = False) -> ProbeRun:
         """Run ``probes`` on ``tree`` in one child that imports the tree's sglang once.
 
         Each probe has its own time limit inside the child; ``timeout`` (default: their sum plus
         the import's allowance) bounds the whole process, which is then killed with everything
         it started, and the answer says which phase it hung in. Never raises for what the child
-        does: a failure is in ``ProbeRun.error`` or in a probe's answer."""
+        does: a failure is in ``ProbeRun.error`` or in a probe's answer.
+
+        With ``remember``, a run in which every probe answered is kept under a digest of all it
+        depends on (``probe_run_key``) and given back, not run again, to the next asker of the
+        same; a run with a failure is never kept. The answers' own mentions of the tree and of the
+        files the specs name are those of the asker's."""
+        key = probe_run_key(self, tree, probes) if remember else None
+        if key is None:
+            return self._run_probes(tree, probes, timeout=timeout)
+        entry = cache.cache_root() / "probe-runs" / f"{key}.json"
+        paths = _named_paths(Path(tree).resolve(), probes)
+        with cache.entry_lock(entry, on_wait=lambda message: None):
+            try:
+                stored = json.loads(_with_paths(entry.read_text(), paths))
+                return ProbeRun(stored["answers"], {**stored["runner"], "remembered": key}, None, 0.0)
+            except FileNotFoundError:
+                pass
+            except (OSError, ValueError, KeyError, TypeError):
+                entry.unlink(missing_ok=True)
+            run = self._run_probes(tree, probes, timeout=timeout)
+            if run.error is None and all(run.failure(probe.name) is None for probe in probes):
+                cache.write_atomically(entry, _without_paths(json.dumps({"answers": run.answers, "runner": run.runner}),
+                                                             paths))
+        return run
+
+    def _run_probes(self, tree: Path, probes: list[ProbeRequest], *, timeout: float | None = None) -> ProbeRun:
         if not probes:
             return ProbeRun({}, {}, None, 0.0)
         environments = {probe.environment() for probe in probes}
@@ -232,6 +258,97 @@ class CpuPython:
 
 
 IMPORT_ALLOWANCE_S = 300  # preparing the box and importing sglang, on a loaded machine
+PROBE_RUN_LAYOUT = "1"  # bump when what ``probe_run_key`` digests changes
+
+
+def probe_run_key(python: CpuPython, tree: Path, probes: list[ProbeRequest]) -> str | None:
+    """A digest of what a probe run answers from: the tree's ``python/`` files by name and
+    content, the environment's interpreter and installed packages (its own and its base's), the
+    probes' code and this module's (``code_digest``), and each request, with every path its spec
+    names by the content of what is there. None where the environment cannot be told (an
+    interpreter sglpatch did not build): such a run is not remembered."""
+    env = Path(python.python).parent.parent
+    described = []
+    for folder in (env, *_base_of(env)):
+        try:
+            described.append((folder / "pyvenv.cfg").read_text() + (folder / "sglpatch-complete.json").read_text())
+        except OSError:
+            return None
+    digest = hashlib.sha256(f"sglpatch-probe-run-{PROBE_RUN_LAYOUT}\0{code_digest([])}\0".encode())
+    for text in described:
+        digest.update(text.encode() + b"\0")
+    digest.update(_content_digest(Path(tree).resolve() / "python").encode())
+    for probe in probes:
+        request = {"name": probe.name, "module": probe.module, "import_env": probe.import_env, "arch": probe.arch,
+                   "registry_archs": probe.registry_archs, "spec": _by_content(probe.spec)}
+        digest.update(json.dumps(request, sort_keys=True).encode() + b"\0")
+    return digest.hexdigest()[:32]
+
+
+def _base_of(env: Path) -> list[Path]:
+    """The base an overlay sees through its ``.pth`` (none for the base itself)."""
+    try:
+        return [Path((_site_packages(env) / "zz_sglpatch_base.pth").read_text().strip()).parent.parent.parent]
+    except OSError:
+        return []
+
+
+def _content_digest(path: Path) -> str:
+    """A file's bytes, or a folder's files by relative name and content (links by their target)."""
+    digest = hashlib.sha256()
+    if path.is_file():
+        digest.update(path.read_bytes())
+        return digest.hexdigest()
+    for item in sorted(p for p in path.rglob("*") if p.is_file() or p.is_symlink()):
+        name = item.relative_to(path).as_posix().encode()
+        body = os.readlink(item).encode() if item.is_symlink() else item.read_bytes()
+        digest.update(name + b"\0" + hashlib.sha256(body).digest())
+    return digest.hexdigest()
+
+
+def _by_content(value):
+    """``value`` with every string that names an existing absolute path replaced by the digest
+    of what is there (a spec's checkpoint folders and model folders live in temporary folders)."""
+    if isinstance(value, dict):
+        return {key: _by_content(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_by_content(item) for item in value]
+    if isinstance(value, str) and value.startswith("/") and os.path.exists(value):
+        return {"content": _content_digest(Path(value))}
+    return value
+
+
+def _named_paths(tree: Path, probes: list[ProbeRequest]) -> list[str]:
+    """The tree and every existing path the specs name, in the order the specs name them (the
+    same for every run of one key, whatever the folders are called this time)."""
+    found = [str(tree)]
+
+    def walk(value) -> None:
+        if isinstance(value, dict):
+            for item in value.values():
+                walk(item)
+        elif isinstance(value, (list, tuple)):
+            for item in value:
+                walk(item)
+        elif isinstance(value, str) and value.startswith("/") and os.path.exists(value) and value not in found:
+            found.append(value)
+
+    for probe in probes:
+        walk(probe.spec)
+    return found
+
+
+def _without_paths(text: str, paths: list[str]) -> str:
+    # Longest first, so that no path is replaced inside a longer one that holds it.
+    for number, path in sorted(enumerate(paths), key=lambda item: len(item[1]), reverse=True):
+        text = text.replace(json.dumps(path)[1:-1], f"<sglpatch-path-{number}>")
+    return text
+
+
+def _with_paths(text: str, paths: list[str]) -> str:
+    for number, path in enumerate(paths):
+        text = text.replace(f"<sglpatch-path-{number}>", json.dumps(path)[1:-1])
+    return text
 
 
 def _child_env(tree: Path | None) -> dict[str, str]:

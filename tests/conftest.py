@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from sglpatch import sources, witnesses
+from sglpatch import cache, sources, witnesses
 from sglpatch.apply import checkout_commit
 from sglpatch.pins import load_pins
 from sglpatch.project import Project
@@ -70,6 +70,33 @@ def apply_rendition(tree: Path, patch: str, version: str) -> Path:
     assert rendition is not None, f"{patch} has no rendition for {version}"
     subprocess.run(["git", "apply", "--directory=", str(rendition.path)], cwd=tree, check=True)
     return tree
+
+
+def read_only_tree(version: str, patch: str | None = None) -> Path:
+    """The pin's python/sglang as released, with ``patch``'s rendition for the pin applied if
+    named, for the tests that only read it (the probes import from it; nothing is written there).
+    It is kept in the sglpatch cache by what it holds (the pristine commit, the rendition's bytes)
+    and shared by every test, worker and run: a sweep over the pins then writes no tree (each is
+    about 6,500 files; a run used to write and later delete 330,000 of them). A test that changes
+    its tree makes its own with ``pristine_subtree``."""
+    pin = REAL_PINS.select([version])[0]
+    pristine = sources.pristine_from_index(pin)
+    rendition = load_series(REPO_ROOT / "patches").get(patch).for_version(version) if patch else None
+    if patch:
+        assert rendition is not None, f"{patch} has no rendition for {version}"
+    key = hashlib.sha256(pristine.commit.encode() + b"\0" + (rendition.path.read_bytes() if rendition else b"")).hexdigest()
+    folder = cache.cache_root() / "test-trees" / f"{version}-{key[:16]}"
+    with cache.entry_lock(folder, on_wait=lambda message: None):
+        if not (folder / ".complete").is_file():
+            staging = folder.with_name(folder.name + ".staging")
+            shutil.rmtree(staging, ignore_errors=True)
+            shutil.rmtree(folder, ignore_errors=True)
+            pristine_subtree(version, staging)
+            if rendition is not None:
+                apply_rendition(staging, patch, version)
+            (staging / ".complete").write_text(f"{pristine.commit} {patch or ''}\n")
+            staging.rename(folder)
+    return folder
 
 
 def shipped_trees(version: str):

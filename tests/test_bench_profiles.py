@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import REAL_PINS, pristine_subtree, skip_unless_required
+from conftest import REAL_PINS, read_only_tree, skip_unless_required
 from sglpatch.profile import load_profile
 from sglpatch.witnesses import rocm_flags
 
@@ -14,7 +14,7 @@ pytestmark = pytest.mark.network  # the pins' trees and CPU Pythons come from th
 @pytest.mark.parametrize("version", ["0.5.10", "0.5.23"])
 def test_tp4_x_dp2_is_two_tp4_replicas_without_dp_attention_on_the_pin(version, tmp_path):
     profile = load_profile("glm-5.2-mxfp4-mi355x-tp4dp2")
-    tree = pristine_subtree(version, tmp_path / "tree")
+    tree = read_only_tree(version)
     try:
         resolved = rocm_flags.resolve_server_args(tree, REAL_PINS.select([version])[0], {"tp4dp2": ([], {})}, profile=profile)
     except rocm_flags.WitnessUnavailable as exc:

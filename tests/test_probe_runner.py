@@ -133,3 +133,45 @@ def test_a_child_forked_from_the_fork_server_answers_as_a_fresh_interpreter(vers
     assert forked_runner.get("fork_server") and not fresh_runner.get("fork_server")
     assert forked == fresh
     assert [state for state, _, _ in forked] == ["clean", "clean"]
+
+
+COUNTING = '''
+import os
+
+
+def run(spec, context):
+    with open(os.environ["SGLPATCH_TEST_PROBE_RUNS"], "a") as handle:
+        handle.write("ran\\n")
+    with open(spec["checkpoint"]) as handle:
+        return {"read": handle.read(), "from": spec["checkpoint"]}
+'''
+
+
+def test_a_remembered_probe_run_is_given_back_for_the_same_content_anywhere_and_run_again_when_it_changes(python, tmp_path):
+    import uuid
+
+    runs = tmp_path / "runs"
+    content = f"weights {uuid.uuid4()}\n"  # a key no other run has made
+
+    def ask(where: str, text: str | None = content):
+        root = _tree(tmp_path / where)
+        (root / "python" / "counting_probe.py").write_text(textwrap.dedent(COUNTING))
+        checkpoint = tmp_path / f"{where}-checkpoint.txt"
+        if text is not None:
+            checkpoint.write_text(text)
+        request = pyenv.ProbeRequest("counting", "counting_probe", {"checkpoint": str(checkpoint)}, 60,
+                                     import_env=(("SGLPATCH_TEST_PROBE_RUNS", str(runs)),))
+        run = python.run_probes(root, [request], remember=True)
+        return run, checkpoint, (runs.read_text().count("ran") if runs.exists() else 0)
+
+    first, checkpoint, ran = ask("a")
+    assert first.failure("counting") is None and first.answers["counting"]["from"] == str(checkpoint) and ran == 1
+    again, checkpoint, ran = ask("b")  # the same tree and checkpoint, in other folders
+    assert ran == 1 and again.runner.get("remembered")
+    assert again.answers["counting"]["read"] == content and again.answers["counting"]["from"] == str(checkpoint)
+    _, _, ran = ask("c", "other weights\n")
+    assert ran == 2
+    for where in ("d", "e"):  # a run whose probe failed is never kept
+        failed, _, _ = ask(where, None)
+        assert failed.failure("counting")
+    assert runs.read_text().count("ran") == 4

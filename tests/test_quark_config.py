@@ -10,7 +10,7 @@ import subprocess
 
 import pytest
 
-from conftest import REAL_PINS, pristine_subtree, skip_unless_required
+from conftest import REAL_PINS, read_only_tree, skip_unless_required
 from sglpatch import pyenv
 from sglpatch.errors import SglpatchError
 from sglpatch.quark_config import SHARED_EXPERT_FUSION, add_mtp_aliases, decoder_name, decoder_pattern
@@ -172,7 +172,7 @@ def test_rewritten_checkpoint_is_clean_on_the_pristine_pin_or_the_command_said_i
     from sglpatch.witnesses import mtp_exclude
 
     pin = REAL_PINS.select([version])[0]
-    tree = pristine_subtree(version, tmp_path / "tree")
+    tree = read_only_tree(version)
     cases = {spelling: folder for spelling, (folder, _) in rewritten.items()}
     said = {spelling: stdout for spelling, (_, stdout) in rewritten.items()}
     try:

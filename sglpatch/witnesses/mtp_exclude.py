@@ -79,7 +79,7 @@ def resolve_mtp_cases(tree: Path, pin: Pin, cases: dict[str, Path]) -> dict:
     (name -> folder holding ``config.json`` with a Quark ``quantization_config`` and
     ``*.safetensors``); the answer as ``resolve_mtp_modules`` describes it."""
     python = pyenv.cpu_python(pin)
-    run = python.run_probes(tree, [probe_request(pin, cases)])
+    run = python.run_probes(tree, [probe_request(pin, cases)], remember=True)
     failure = run.failure(PROBE)
     if failure:
         raise ProbeFailed(f"the MTP probe on {pin.version}: {failure}"[:2000])
@@ -117,7 +117,7 @@ def resolve_mtp_modules(tree: Path, pin: Pin, *, checkpoint: Path | None = None)
     """
     python = pyenv.cpu_python(pin)
     cases = {"checkpoint": Path(checkpoint)} if checkpoint is not None else None
-    run = python.run_probes(tree, [probe_request(pin, cases)])
+    run = python.run_probes(tree, [probe_request(pin, cases)], remember=True)
     failure = run.failure(PROBE)
     if failure:
         raise ProbeFailed(f"the MTP probe on {pin.version}: {failure}"[:2000])

@@ -313,7 +313,7 @@ def resolve_server_args(
         raise WitnessUnavailable(f"no CPU Python for {pin.version}: {exc}") from None
     with tempfile.TemporaryDirectory(prefix="sglpatch-flags-") as work:
         request = probe_request(profile, scenarios, Path(work), limit_s=timeout)
-        run = python.run_probes(tree, [request], timeout=timeout + pyenv.IMPORT_ALLOWANCE_S)
+        run = python.run_probes(tree, [request], timeout=timeout + pyenv.IMPORT_ALLOWANCE_S, remember=True)
     failure = run.failure(PROBE)
     if failure:
         raise WitnessUnavailable(f"the flags probe on {pin.version}: {failure}"[:2000])
