@@ -117,6 +117,20 @@ def write_atomically(path: Path, text: str | bytes) -> None:
         raise
 
 
+@contextmanager
+def staging(final: Path):
+    """A temporary folder beside ``final``, renamed onto it only when the block ends without an
+    exception (otherwise removed): a half-built entry is never seen under its name."""
+    final.parent.mkdir(parents=True, exist_ok=True)
+    path = Path(tempfile.mkdtemp(dir=final.parent, prefix=f".{final.name}-"))
+    try:
+        yield path
+    except BaseException:
+        remove(path)
+        raise
+    os.replace(path, final)
+
+
 def remove(path: Path) -> None:
     if path.is_dir() and not path.is_symlink():
         shutil.rmtree(path)

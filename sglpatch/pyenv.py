@@ -306,35 +306,29 @@ def _content_digest(path: Path) -> str:
     return digest.hexdigest()
 
 
-def _by_content(value):
-    """``value`` with every string that names an existing absolute path replaced by the digest
-    of what is there (a spec's checkpoint folders and model folders live in temporary folders)."""
+def _map_named_paths(value, replace):
+    """``value`` with ``replace(path)`` in place of every string that names an existing absolute
+    path (a spec's checkpoint and model folders live in temporary folders), visited in order."""
     if isinstance(value, dict):
-        return {key: _by_content(item) for key, item in value.items()}
+        return {key: _map_named_paths(item, replace) for key, item in value.items()}
     if isinstance(value, (list, tuple)):
-        return [_by_content(item) for item in value]
+        return [_map_named_paths(item, replace) for item in value]
     if isinstance(value, str) and value.startswith("/") and os.path.exists(value):
-        return {"content": _content_digest(Path(value))}
+        return replace(value)
     return value
+
+
+def _by_content(value):
+    """``value`` with every path it names replaced by the digest of what is there."""
+    return _map_named_paths(value, lambda path: {"content": _content_digest(Path(path))})
 
 
 def _named_paths(tree: Path, probes: list[ProbeRequest]) -> list[str]:
     """The tree and every existing path the specs name, in the order the specs name them (the
     same for every run of one key, whatever the folders are called this time)."""
     found = [str(tree)]
-
-    def walk(value) -> None:
-        if isinstance(value, dict):
-            for item in value.values():
-                walk(item)
-        elif isinstance(value, (list, tuple)):
-            for item in value:
-                walk(item)
-        elif isinstance(value, str) and value.startswith("/") and os.path.exists(value) and value not in found:
-            found.append(value)
-
     for probe in probes:
-        walk(probe.spec)
+        _map_named_paths(probe.spec, lambda path: found.append(path) if path not in found else None)
     return found
 
 

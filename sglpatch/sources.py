@@ -315,7 +315,7 @@ def pristine_from_index(pin: Pin, index: IndexConfig | str | None = None) -> Pri
             # The entry is keyed by the artifact's sha256, so a valid one needs no artifact at all.
             artifact = fetch_artifact(pin, index)
             cache.remove(path)
-            with _staging(path) as staging:
+            with cache.staging(path) as staging:
                 run_git(["init", "--bare", "--quiet", str(staging)], staging.parent)
                 commit = _fast_import(staging, pin, artifact)
                 _finish_entry(staging, commit)
@@ -334,7 +334,7 @@ def pristine_from_git(pin: Pin, url: str) -> Pristine:
         commit = _valid_entry(path)
         if commit is None:
             cache.remove(path)
-            with _staging(path) as staging:
+            with cache.staging(path) as staging:
                 repo = git.Repo.init(staging, bare=True)
                 with repo.git.custom_environment(**git_env()):
                     try:
@@ -360,24 +360,6 @@ def pristine_from_git(pin: Pin, url: str) -> Pristine:
                 run_git(["update-ref", PRISTINE_REF, commit], staging)
                 _finish_entry(staging, commit)
     return Pristine(repo=path, commit=commit, source=f"git:{url}")
-
-
-class _staging:
-    """A temporary folder beside ``final`` that is renamed onto it only on success."""
-
-    def __init__(self, final: Path):
-        self.final = final
-
-    def __enter__(self) -> Path:
-        self.final.parent.mkdir(parents=True, exist_ok=True)
-        self.path = Path(tempfile.mkdtemp(dir=self.final.parent, prefix=f".{self.final.name}-"))
-        return self.path
-
-    def __exit__(self, exc_type, exc, tb) -> None:
-        if exc_type is None:
-            os.replace(self.path, self.final)
-        else:
-            cache.remove(self.path)
 
 
 def _fast_import(repo: Path, pin: Pin, artifact: Path) -> str:

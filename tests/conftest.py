@@ -119,14 +119,12 @@ def read_only_tree(version: str, patch: str | None = None) -> Path:
     folder = cache.cache_root() / "test-trees" / f"{version}-{key[:16]}"
     with cache.entry_lock(folder, on_wait=lambda message: None):
         if not (folder / ".complete").is_file():
-            staging = folder.with_name(folder.name + ".staging")
-            shutil.rmtree(staging, ignore_errors=True)
-            shutil.rmtree(folder, ignore_errors=True)
-            pristine_subtree(version, staging)
-            if rendition is not None:
-                apply_rendition(staging, patch, version)
-            (staging / ".complete").write_text(f"{pristine.commit} {patch or ''}\n")
-            staging.rename(folder)
+            cache.remove(folder)
+            with cache.staging(folder) as staging:
+                pristine_subtree(version, staging)
+                if rendition is not None:
+                    apply_rendition(staging, patch, version)
+                (staging / ".complete").write_text(f"{pristine.commit} {patch or ''}\n")
     return folder
 
 

@@ -9,9 +9,10 @@ source bytes (and the interpreter's magic number), so the pristine and patched t
 and the releases that share a file, share its bytecode. The CPU environments are installed
 without bytecode (pip's own compile of all 14,000 files of the base took 55 s of its 111 s, and
 a probe imports about a tenth of them), and their ``site-packages`` load through the same cache:
-what is imported is compiled once, and overlays holding the same package version share it. A cached code object gets the file name
-of the source it now stands for (``_imp._fix_co_filename``, what CPython does for a moved
-``.pyc``), so tracebacks, ``inspect.getsource`` and triton's kernel parser read the right file.
+what is imported is compiled once, and overlays holding the same package version share it. A
+cached code object gets the file name of the source it now stands for (``_imp._fix_co_filename``,
+what CPython does for a moved ``.pyc``), so tracebacks, ``inspect.getsource`` and triton's kernel
+parser read the right file.
 
 Runs inside the probe's interpreter (no sglpatch imports here).
 """
