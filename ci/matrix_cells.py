@@ -3,7 +3,9 @@
     python ci/matrix_cells.py pr --base origin/main >> "$GITHUB_OUTPUT"
 
 writes ``jobs=<JSON>``: {"include": [{"id": "rocm-0.5.23", "pin": "0.5.23", "event": "pr",
-"sessions": "[...]", "node_hours": 3.77}, ...]} -- one job per pin, from ``sglpatch.matrix.plan``; each
+"sessions": "[...]", "estimated_node_hours": 3.77, "estimate_from": "stated defaults ...: accuracy, ..."},
+...]} -- one job per pin, from ``sglpatch.matrix.plan``, its node-hours an estimate named with where
+its durations came from (recorded or stated defaults); each
 runs ``nox -s "rocm-job(PIN)" -- --event EVENT``, which runs the listed sessions -- and
 ``runner=<JSON list of runner labels>`` from $SGLPATCH_ROCM_RUNNER (default: self-hosted,
 linux-mi35x-gpu-8).

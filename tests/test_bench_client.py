@@ -100,17 +100,22 @@ def test_the_newest_pins_client_sweeps_to_the_knee_with_cache_hits_and_power(tok
     run_prefills = prefills[1:21]  # the first prefill is the client's warm-up request
     assert low["cache_hit_rate"] == pytest.approx(sum(p["cached"] for p in run_prefills) / sum(p["tokens"] for p in run_prefills))
     assert low["cache_hit_rate"] == pytest.approx(0.6 * 4 / 5, abs=0.02)
-    assert runs[0]["power"]["node_w_mean"] == pytest.approx(5600.0)
+    assert runs[0]["power"]["gpu_sockets_w_mean"] == pytest.approx(5600.0)
+    # The pin's own client printed its warm-up line: the power window is its measured duration.
+    window = runs[0]["power"]["window"]
+    assert window["found"].startswith("from the client's warm-up line")
+    assert window["seconds"] == pytest.approx(low["duration_s"], abs=1e-3)
 
     template = BenchRecord(workload="serving", pin="0.5.23", variant="as-shipped", series_version="3", series_hash="ab" * 32,
                            profile="glm-5.2-mxfp4-mi355x-tp4dp2", profile_version=1, quantization="mxfp4 (AMD Quark)")
     record = collect(template, "as-shipped", {"healthy_s": 0.0, "server_log": str(log), "runs": runs}, ttft_p95_s=0.25)
     assert record.outcome == PASSED, record.reason
-    assert record.knee_rps == 8.0
-    assert record.runs[0]["figures"]["tok_s_per_w"] == pytest.approx(low["output_tok_s"] / 5600.0)
+    assert record.knee_requested_rps == 8.0 and record.knee_achieved_rps == pytest.approx(low["achieved_rps"])
+    assert low["achieved_rps"] == pytest.approx(20 / low["duration_s"])
+    assert record.runs[0]["figures"]["tok_s_per_w_gpu_sockets"] == pytest.approx(low["output_tok_s"] / 5600.0)
     assert "--output-details" in record.runs[0]["command"] and Path(record.runs[0]["output_file"]).is_file()
     table = report.render_bench_markdown([record])
-    assert "| 8.0 (knee) |" in table and "**8.0 RPS**" in table
+    assert f"| {low['achieved_rps']:.2f} (knee) | 8.0 |" in table and "(asked for 8.0)" in table
     assert report.plot_serving(record, tmp_path / "sweep.png").stat().st_size > 10000
 
 

@@ -51,7 +51,8 @@ def test_nightly_runs_the_matrix_and_the_gate_per_pin_weekly_the_bench():
     assert job.node_hours == round(job.seconds / 3600, 2)
     weekly = plan.plan(PROJECT, "weekly")
     assert weekly[0].sessions == [f"bench(rocm, {PINS[0]}, serving)", f"bench(rocm, {PINS[0]}, single-stream)"]
-    assert weekly[0].seconds == (defaults["image"] + defaults["bench-serving"] + defaults["bench-single-stream"]
+    # serving: one variant; single stream: as shipped and custom-all-reduce, each its own default
+    assert weekly[0].seconds == (defaults["image"] + defaults["bench-serving"] + 2 * defaults["bench-single-stream"]
                                  + 3 * defaults["server-start"])
 
 
@@ -64,8 +65,8 @@ def _shares(event: str) -> dict[str, list[str]]:
 def test_load_the_gate_and_depth_5_share_one_server_every_other_launch_its_own_in_each_event():
     for event in ("pr", "nightly"):
         assert _shares(event) == {
-            "no speculative decoding": [rocm_job.BASELINES["greedy"]],
-            "EAGLE depth 3": [rocm_job.BASELINES["speed"], "spec(rocm, X, 3)"],
+            "no speculative decoding": [rocm_job.BASELINES["greedy"], rocm_job.BASELINES["speed"]],
+            "EAGLE depth 3": ["spec(rocm, X, 3)"],
             "profile as shipped": ["load(rocm, X)", "accuracy(rocm, X)", "spec(rocm, X, 5)"],
             **{f"EAGLE depth {d}": [f"spec(rocm, X, {d})"] for d in (1, 2, 4, 6)},
         }
@@ -99,8 +100,8 @@ def test_a_cell_alone_starts_only_the_servers_it_needs():
 
     assert starts(rocm_job.Item("build")) == 0
     assert starts(rocm_job.Item("load")) == 1
-    assert starts(rocm_job.Item("spec", 5)) == 3  # no speculation and depth 3 (its baselines), then depth 5
-    assert starts(rocm_job.Item("spec", 3)) == 2  # depth 3 measures its own baseline speed
+    assert starts(rocm_job.Item("spec", 5)) == 2  # no speculation (both baselines), then depth 5
+    assert starts(rocm_job.Item("spec", 3)) == 2  # depth 3 is compared with the non-speculative decode too
     assert starts(rocm_job.Item("spec", 5), baselines_known=True) == 1
     assert starts(rocm_job.Item("load"), rocm_job.Item("accuracy"), rocm_job.Item("spec", 5), baselines_known=True) == 1
 
@@ -129,8 +130,78 @@ def test_recorded_durations_replace_the_defaults_and_the_plan_says_so(tmp_path):
     assert job.seconds == 600 + 100 + 1000 + 6 * 500 + 2000 + 2 * 60 + 7 * 600
     assert {"spec: recorded", "server-start: recorded", "image: recorded", "baseline: recorded"} <= set(job.sources)
     text = plan.render([job], "nightly")
-    assert f"{job.node_hours:.2f} node-hours" in text and 'nox -s "spec(rocm, 0.5.23, 5)"' in text
+    assert f"estimated {job.node_hours:.2f} node-hours" in text and 'nox -s "spec(rocm, 0.5.23, 5)"' in text
     assert 'nox -s "rocm-job(0.5.23)" -- --event nightly' in text
+
+
+def _spec_only_records(folder: Path) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "spec.json").write_text(json.dumps({"tier": "rocm", "check": "spec", "pin": "0.5.23", "outcome": "passed",
+                                                  "seconds": 500.0}))
+    return folder
+
+
+def test_a_plan_mixing_recorded_and_default_durations_says_which_are_which_as_an_estimate_everywhere(tmp_path):
+    records = _spec_only_records(tmp_path / "records")
+    jobs = plan.plan(PROJECT, "pr", records_dir=records)
+    job = jobs[-1]
+    assert job.figures["spec"] == plan.RECORDED
+    assert {job.figures[key] for key in ("image", "server-start", "build", "load", "accuracy", "baseline")} == {plan.DEFAULT}
+    said = job.estimate_from()
+    assert said == ("recorded durations: spec; stated defaults (sglpatch.matrix.plan.DEFAULT_SECONDS, not measured): "
+                    "accuracy, baseline, build, image, load, server-start")
+    # text: the total and every job say "estimated", and the total says what it was estimated from
+    text = plan.render(jobs, "pr")
+    head, *rest = text.splitlines()
+    assert f"estimated {sum(j.node_hours for j in jobs):.2f} node-hours (an estimate from {said})" in head
+    assert all(line.startswith(f"- {j.id}: estimated ") for line, j in zip([l for l in rest if l.startswith("- ")], jobs))
+    assert not re.search(r"(?<!estimated )\d+\.\d\d node-hours", text)  # no figure shown unlabelled
+    # JSON (sglpatch matrix plan --json): estimates named as such, with their sources
+    data = json.loads(subprocess.run([sys.executable, "-m", "sglpatch", "matrix", "plan", "--event", "pr", "--records",
+                                      str(records), "--json"], cwd=REPO_ROOT, capture_output=True, text=True, check=True).stdout)
+    assert "node_hours" not in data and data["estimated_node_hours"] == round(sum(j.node_hours for j in jobs), 2)
+    assert data["estimate_from"] == said
+    assert data["jobs"][-1]["estimated_node_hours"] == job.node_hours and data["jobs"][-1]["estimate_from"] == said
+    assert data["jobs"][-1]["estimate_durations"]["spec"] == "recorded"
+    # GitHub outputs: the job matrix carries the estimate's label and sources, never a bare figure
+    include = json.loads(plan.github_outputs(jobs, plan.DEFAULT_RUNNER).splitlines()[0].removeprefix("jobs="))["include"]
+    assert "node_hours" not in include[-1]
+    assert include[-1]["estimated_node_hours"] == job.node_hours and include[-1]["estimate_from"] == said
+
+
+def test_a_plan_from_defaults_alone_names_every_figure_a_default():
+    job = plan.plan(PROJECT, "nightly", records_dir=None)[0]
+    assert set(job.figures.values()) == {plan.DEFAULT}
+    assert job.estimate_from().startswith("stated defaults (sglpatch.matrix.plan.DEFAULT_SECONDS, not measured): ")
+    assert "recorded" not in plan.render([job], "nightly")
+
+
+def _bench_record(folder: Path, workload: str, variant: str, run_seconds: list[float]) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / f"bench-{workload}-{variant}.json").write_text(json.dumps({
+        "kind": "bench", "workload": workload, "variant": variant, "pin": "0.5.23",
+        "runs": [{"rate": "single", "seconds": seconds} for seconds in run_seconds]}))
+
+
+def test_single_stream_variants_are_recorded_and_estimated_separately_never_averaged(tmp_path):
+    records = tmp_path / "records"
+    _bench_record(records, "single-stream", "as-shipped", [1000.0])
+    _bench_record(records, "single-stream", "custom-all-reduce", [3000.0])
+    recorded = plan.recorded_seconds(records)
+    assert recorded == {"bench-single-stream as-shipped": 1000.0, "bench-single-stream custom-all-reduce": 3000.0}
+    job = plan.plan(PROJECT, "weekly", records_dir=records)[0]
+    defaults = plan.DEFAULT_SECONDS
+    # Both variants run, each its own server: 1000 + 3000 s, not their mean (2000) once.
+    assert job.seconds == defaults["image"] + defaults["bench-serving"] + 1000 + 3000 + 3 * defaults["server-start"]
+    assert job.figures["bench-single-stream as-shipped"] == job.figures["bench-single-stream custom-all-reduce"] == plan.RECORDED
+    assert job.figures["bench-serving as-shipped"] == plan.DEFAULT
+    # One variant recorded: the other keeps its default, and says so.
+    (records / "bench-single-stream-custom-all-reduce.json").unlink()
+    job = plan.plan(PROJECT, "weekly", records_dir=records)[0]
+    assert job.seconds == (defaults["image"] + defaults["bench-serving"] + 1000 + defaults["bench-single-stream"]
+                           + 3 * defaults["server-start"])
+    assert job.figures["bench-single-stream custom-all-reduce"] == plan.DEFAULT
+    assert "recorded durations: bench-single-stream as-shipped;" in job.estimate_from()
 
 
 def test_the_committed_workflow_is_the_generated_one():

@@ -9,6 +9,7 @@ from pathlib import Path
 from sglpatch import matrix
 from sglpatch.matrix import containers
 from sglpatch.matrix import rocm as rocm_tier
+from sglpatch.matrix import rocm_job
 from sglpatch.matrix.containers import ContainerRun
 from sglpatch.matrix.records import FAILED, PASSED, CellRecord
 
@@ -23,7 +24,7 @@ def _judge(cell: matrix.Cell, figures: dict | None, exit_code: int = 0, **run) -
 def _spec_figures(**overrides) -> dict:
     figures = {
         "healthy_s": 312.0, "mismatch_lines": [], "accept_length": 5.2, "decode_tok_s": 205.0,
-        "depth3_decode_tok_s": 180.0, "burst_completed": 32, "burst_errors": [],
+        "plain_decode_tok_s": 80.0, "burst_completed": 32, "burst_errors": [],
         "prefix_match": [1.0, 1.0, 0.8, 1.0], "exact_match": 3, "gpu": "AMD Instinct MI355X",
     }
     return {**figures, **overrides}
@@ -37,13 +38,28 @@ def test_a_healthy_deep_spec_server_passes_every_part():
     record = _judge(matrix.Cell("rocm", "spec", "0.5.14", 5), _spec_figures())
     assert set(_outcomes(record).values()) == {PASSED}, record.parts
     assert record.gpu == "AMD Instinct MI355X"
-    assert record.figures["decode_ratio_vs_d3"] == round(205 / 180, 3)
+    assert record.figures["decode_ratio_vs_plain"] == round(205 / 80, 3)
 
 
 def test_a_missing_rocm_guard_shows_as_collapsed_decode_speed_and_fails():
-    # The bring-up: the failed compile is retried every step, decode drops ~30x against depth 3.
+    # The bring-up: the failed compile is retried every step, decode drops ~30x: far below the
+    # non-speculative decode (6.5 / 80 = x0.08, floor x0.5).
     record = _judge(matrix.Cell("rocm", "spec", "0.5.14", 5), _spec_figures(decode_tok_s=6.5))
-    assert _outcomes(record)["decode speed not collapsed against depth 3"] == FAILED
+    assert _outcomes(record)[rocm_tier.COLLAPSE_PART] == FAILED
+    detail = next(part.detail for part in record.parts if part.name == rocm_tier.COLLAPSE_PART)
+    assert "6.5 tok/s at depth 5 vs 80.0 without speculative decoding (x0.08" in detail
+
+
+def test_depth_3_is_judged_against_the_non_speculative_decode_measured_on_its_own_server():
+    # Depth 3 at 30 tok/s: against itself it would be x1.0; against the plain decode (80) it is x0.38.
+    record = _judge(matrix.Cell("rocm", "spec", "0.5.14", 3), _spec_figures(decode_tok_s=30.0, accept_length=3.6))
+    assert _outcomes(record)[rocm_tier.COLLAPSE_PART] == FAILED
+    assert record.figures["decode_ratio_vs_plain"] == round(30 / 80, 3)
+    groups = rocm_job.job_groups([rocm_job.Item("spec", 3)])
+    launches = rocm_job.Launches()
+    speed = next(group for group in groups if any(step.kind == "speed" for step in group.steps))
+    assert speed.launches == (launches.plain(),) and launches.plain() != launches.depth(3)
+    assert not any(arg.startswith("--speculative") for arg in speed.launches[0].argv)
 
 
 def test_accept_length_is_judged_against_the_floor_of_its_depth():

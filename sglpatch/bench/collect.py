@@ -18,7 +18,9 @@ def collect(template: BenchRecord, variant: str, measured: dict, *, ttft_p95_s: 
                      launch=list(measured.get("argv") or template.launch), env=dict(measured.get("env") or template.env),
                      ttft_p95_limit_s=ttft_p95_s, parts=[], findings={})
     if record.workload == "serving":
-        record.knee_rps = bench_metrics.knee([r["figures"] for r in record.runs if r.get("figures")], ttft_p95_s)
+        knee = bench_metrics.knee([r["figures"] for r in record.runs if r.get("figures")], ttft_p95_s)
+        if knee is not None:
+            record.knee_achieved_rps, record.knee_requested_rps = knee["achieved_rps"], knee.get("requested_rps")
     log = Path(measured.get("server_log") or "")
     if log.is_file():
         record.findings = scan.scan(log.read_text(errors="replace"))

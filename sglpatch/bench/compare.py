@@ -1,13 +1,16 @@
 """Per-figure ratios between two sets of bench records: B / A, e.g. pristine image (A) against the
 patched one (B), which is what the series buys. Records are matched by workload, pin and variant
-(the pristine flag is what may differ), runs by request rate."""
+(the pristine flag is what may differ), runs by the rate the client was asked for; the knee is
+compared on the achieved rate."""
 
 from __future__ import annotations
 
 from sglpatch.bench.records import BenchRecord
 
-SERVING_FIGURES = ("output_tok_s", "ttft_p50_s", "ttft_p95_s", "success", "cache_hit_rate", "tok_s_per_w")
-SINGLE_FIGURES = ("output_tok_s_after_first", "output_tok_s_end_to_end", "ttft_p50_s", "tok_s_per_w_after_first")
+SERVING_FIGURES = ("achieved_rps", "output_tok_s", "ttft_p50_s", "ttft_p95_s", "success", "cache_hit_rate",
+                   "tok_s_per_w_gpu_sockets", "tok_s_per_w_node")
+SINGLE_FIGURES = ("output_tok_s_after_first", "output_tok_s_end_to_end", "ttft_p50_s", "tok_s_per_w_after_first_gpu_sockets",
+                  "tok_s_per_w_after_first_node")
 
 
 def _key(record: BenchRecord) -> tuple[str, str, str]:
@@ -35,13 +38,15 @@ def compare(a: list[BenchRecord], b: list[BenchRecord]) -> list[dict]:
             if theirs is None:
                 continue
             for name in figures:
+                if theirs.get(name) is None and mine.get(name) is None:
+                    continue  # e.g. the whole node's power, where neither side measured it
                 rows.append({"workload": record.workload, "pin": record.pin, "variant": record.variant,
                              "rate": run["rate"], "figure": name, "a": theirs.get(name), "b": mine.get(name),
                              "ratio": ratio(theirs.get(name), mine.get(name))})
         if record.workload == "serving":
             rows.append({"workload": record.workload, "pin": record.pin, "variant": record.variant, "rate": "knee",
-                         "figure": "knee_rps", "a": other.knee_rps, "b": record.knee_rps,
-                         "ratio": ratio(other.knee_rps, record.knee_rps)})
+                         "figure": "knee_achieved_rps", "a": other.knee_achieved_rps, "b": record.knee_achieved_rps,
+                         "ratio": ratio(other.knee_achieved_rps, record.knee_achieved_rps)})
     return rows
 
 

@@ -4,7 +4,14 @@ A record holds everything needed to trust or redo a figure: pin, series version 
 image (digest and base, patched or pristine), GPU model and count, ROCm and driver version, the
 launch profile (name, version, quantization, the exact launch arguments), the model and the hash
 of its config.json, and per client run the exact command, the raw per-request file, the figures
-computed from it, the power sampled during it and the findings of the slow-path scanners.
+computed from it, the power sampled over its measured window and the findings of the slow-path
+scanners.
+
+Power names what it counts: ``gpu_sockets_w_mean`` is the sum of the GPUs' socket power, and
+``tok_s_per_w_gpu_sockets`` divides by it; ``node_w_mean`` and ``tok_s_per_w_node`` are there only
+where the whole node's power was measured. Rates name theirs: ``requested_rps`` is the Poisson rate
+the client was asked for, ``achieved_rps`` what completed per second of the measured duration; the
+knee is on the achieved rate.
 """
 
 from __future__ import annotations
@@ -40,7 +47,8 @@ class BenchRecord:
     launch: list[str] = field(default_factory=list)
     env: dict = field(default_factory=dict)
     runs: list[dict] = field(default_factory=list)  # rate, command, output_file, figures, power, error
-    knee_rps: float | None = None
+    knee_achieved_rps: float | None = None  # completed requests / measured seconds of the knee's run
+    knee_requested_rps: float | None = None  # the Poisson rate that run asked for
     ttft_p95_limit_s: float = bench_metrics.KNEE_TTFT_P95_S
     findings: dict = field(default_factory=dict)
     parts: list[Part] = field(default_factory=list)
@@ -65,14 +73,20 @@ class BenchRecord:
         self.outcome, self.reason = combine(self.parts)
 
 
+POWER_COUNTS = {"gpu_sockets": "gpu_sockets_w_mean", "node": "node_w_mean"}
+
+
 def measured_run(raw: dict) -> dict:
-    """One client run as bench_run reported it, with tok/s/W beside its throughput."""
+    """One client run as bench_run reported it, with tok/s/W beside its throughput: per watt of the
+    GPU sockets, and per watt of the whole node where that was measured."""
     run = dict(raw)
     figures = run.get("figures") or {}
-    watts = (run.get("power") or {}).get("node_w_mean")
-    for key in ("output_tok_s", "output_tok_s_after_first"):
-        if figures.get(key) is not None and watts:
-            figures[key.replace("output_tok_s", "tok_s_per_w")] = figures[key] / watts
+    power = run.get("power") or {}
+    for counted, key in POWER_COUNTS.items():
+        watts = power.get(key)
+        for throughput in ("output_tok_s", "output_tok_s_after_first"):
+            if figures.get(throughput) is not None and watts:
+                figures[throughput.replace("output_tok_s", "tok_s_per_w") + f"_{counted}"] = figures[throughput] / watts
     if figures:
         run["figures"] = figures
     return run
@@ -89,8 +103,8 @@ def judge(record: BenchRecord, healthy_s, runs: list[dict], error: str = "") -> 
     record.parts.append(Part("every client run measured", FAILED if broken or not runs else PASSED,
                              "; ".join(broken)[:600] if broken else f"{len(runs)} run(s)" if runs else error or "no run"))
     unpowered = [f"rate {r.get('rate')}: {(r.get('power') or {}).get('error')}" for r in runs
-                 if not (r.get("power") or {}).get("node_w_mean")]
-    record.parts.append(Part("GPU power sampled through every run", SKIPPED if unpowered else PASSED,
+                 if not (r.get("power") or {}).get("gpu_sockets_w_mean")]
+    record.parts.append(Part("GPU socket power sampled over every run's measured window", SKIPPED if unpowered else PASSED,
                              "; ".join(unpowered)[:600] if unpowered else
                              ", ".join(sorted({(r.get("power") or {}).get("source", "") for r in runs}))))
 

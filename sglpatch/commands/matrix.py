@@ -164,6 +164,5 @@ def run_plan(project, args) -> int:
     jobs = plan.plan(project, args.event, changed_files=changed,
                      records_dir=args.records or project.build_dir / "matrix" / "records")
     say(args, plan.render(jobs, args.event))
-    emit_json(args, {"event": args.event, "jobs": [{**asdict(job), "id": job.id, "node_hours": job.node_hours} for job in jobs],
-                     "node_hours": round(sum(job.node_hours for job in jobs), 2)})
+    emit_json(args, plan.to_json(jobs, args.event))
     return exitcodes.OK

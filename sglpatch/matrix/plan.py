@@ -9,9 +9,13 @@ sequence. Events:
 - ``nightly``: every pin; the matrix and the gate;
 - ``weekly`` (and on demand): every pin; the bench (serving sweep and single stream).
 
-Node-hours are estimated from recorded durations (the ``seconds`` of ROCm cell records, the job
-records' image builds, server starts and baselines, the bench runs' own seconds) where there are
-some, else from the defaults below, and the plan says which. A server start loads a model of
+Node-hours are estimates, and every place that shows them says so (the text, ``--json``, the
+GitHub outputs): from recorded durations (the ``seconds`` of ROCm cell records, the job records'
+image builds, server starts and baselines, each bench record's runs) where there are some, else
+from the stated defaults below, and each estimate names which of its figures were recorded and
+which are defaults. A bench workload is estimated per launch variant (single stream: as shipped
+and custom-all-reduce, each its own record and server), so two variants' records are never
+averaged into one. A server start loads a model of
 several hundred gigabytes, so the estimate counts exactly the starts the job makes:
 ``rocm_job.job_groups`` decides them for both (load, accuracy and the depth-5 spec cell launch the
 profile as shipped and share one).
@@ -39,10 +43,12 @@ DEFAULT_SECONDS = {
     "load": 120,  # a check's own time, against a server already up
     "spec": 600,  # greedy prompts, accept length, decode speed, a burst of 32
     "accuracy": 1200,  # 200 GSM8K questions
-    "baseline": 120,  # the spec cells' greedy outputs without speculation, or depth 3's decode speed
+    "baseline": 120,  # the spec cells' greedy outputs or decode speed, both without speculation
+    # The bench, per launch variant (each its own server and record):
     "bench-serving": 2 * 3600,  # six rates of ~2 minutes each, then upward to the knee, warm-ups
-    "bench-single-stream": 2 * 1200,  # two variants, 16 requests of 1.5k tokens each
+    "bench-single-stream": 1200,  # 16 requests of 10k in / 1.5k out, one at a time
 }
+RECORDED, DEFAULT = "recorded", "default"
 
 
 @dataclass
@@ -51,13 +57,24 @@ class Job:
     event: str
     sessions: list[str]
     launches: list[str]  # one line per server start: what it launches and the checks it serves
-    seconds: float
-    sources: list[str] = field(default_factory=list)  # where each estimate came from
+    seconds: float  # an estimate
+    # Per figure the estimate used (an image build, a server start, a check, a bench variant):
+    # "recorded" (the mean of ROCm records) or "default" (DEFAULT_SECONDS, stated, not measured).
+    figures: dict[str, str] = field(default_factory=dict)
     groups: list[rocm_job.Group] = field(default_factory=list, repr=False)
 
     @property
     def node_hours(self) -> float:
+        """Estimated, like ``seconds``."""
         return round(self.seconds / 3600, 2)
+
+    @property
+    def sources(self) -> list[str]:
+        return [f"{key}: {source}" for key, source in sorted(self.figures.items())]
+
+    def estimate_from(self) -> str:
+        """Which figures of the estimate were recorded and which are defaults, in words."""
+        return describe_sources(self.figures)
 
     @property
     def id(self) -> str:
@@ -74,9 +91,24 @@ def sessions_for(event: str, pin: str) -> tuple[list[str], list[str]]:
     return [item.session(pin) for item in items], rocm_job.server_lines(rocm_job.job_groups(items), pin)
 
 
+def describe_sources(figures: dict[str, str]) -> str:
+    recorded = sorted(key for key, source in figures.items() if source == RECORDED)
+    defaults = sorted(key for key, source in figures.items() if source == DEFAULT)
+    said = []
+    if recorded:
+        said.append("recorded durations: " + ", ".join(recorded))
+    if defaults:
+        said.append("stated defaults (sglpatch.matrix.plan.DEFAULT_SECONDS, not measured): " + ", ".join(defaults))
+    return "; ".join(said) or "nothing"
+
+
+def bench_key(workload: str, variant: str) -> str:
+    return f"bench-{workload} {variant}"
+
+
 def recorded_seconds(records_dir: Path | None) -> dict[str, float]:
-    """Mean recorded seconds per ROCm check, per bench workload, and per image build, server start
-    and baseline of the job records, in a folder of records."""
+    """Mean recorded seconds per ROCm check, per bench workload and launch variant, and per image
+    build, server start and baseline of the job records, in a folder of records."""
     if records_dir is None or not records_dir.is_dir():
         return {}
     totals: dict[str, list[float]] = {}
@@ -89,8 +121,8 @@ def recorded_seconds(records_dir: Path | None) -> dict[str, float]:
             continue
         if data.get("kind") == "bench":
             seconds = sum(run.get("seconds") or 0 for run in data.get("runs", []))
-            if seconds:
-                totals.setdefault(f"bench-{data['workload']}", []).append(seconds)
+            if seconds:  # one record per variant: each variant's own mean, never the variants' mean
+                totals.setdefault(bench_key(data["workload"], data.get("variant", "as-shipped")), []).append(seconds)
         elif data.get("kind") == "rocm-job":
             if data.get("image_s"):
                 totals.setdefault("image", []).append(float(data["image_s"]))
@@ -105,33 +137,41 @@ def recorded_seconds(records_dir: Path | None) -> dict[str, float]:
     return {key: sum(values) / len(values) for key, values in totals.items()}
 
 
-def _step_key(step: rocm_job.Step) -> str:
+def _step_keys(step: rocm_job.Step) -> list[tuple[str, str]]:
+    """(the key of a recorded duration, the key of its default) for each part of a step's time."""
     if step.kind in rocm_job.BASELINES:
-        return "baseline"
+        return [("baseline", "baseline")]
     if step.kind == "bench":
-        return f"bench-{step.item.workload}"
-    return step.kind
+        from sglpatch.bench import rocm as bench_rocm
+        from sglpatch.profile import load_profile
+
+        workload = step.item.workload
+        variants = bench_rocm.variants(load_profile(bench_rocm.PROFILES[workload]))
+        return [(bench_key(workload, variant), f"bench-{workload}") for variant in variants]
+    return [(step.kind, step.kind)]
 
 
 def estimate(event: str, pin: str, recorded: dict[str, float]) -> Job:
-    """The job's seconds: the image once, every step's own time, and one server start for each
-    server the job starts (a cell record's seconds are its check's alone, without its server's start)."""
+    """The job's estimated seconds: the image once, every step's own time (a bench step: each of
+    its variants'), and one server start for each server the job starts (a cell record's seconds
+    are its check's alone, without its server's start)."""
     items = rocm_job.items_for(event)
     groups = rocm_job.job_groups(items)
-    sources = []
+    figures: dict[str, str] = {}
 
-    def seconds(key: str) -> float:
+    def seconds(key: str, default: str | None = None) -> float:
         if key in recorded:
-            sources.append(f"{key}: recorded")
+            figures[key] = RECORDED
             return recorded[key]
-        return DEFAULT_SECONDS[key]
+        figures[key] = DEFAULT
+        return DEFAULT_SECONDS[default or key]
 
     total = seconds("image")
     for group in groups:
-        total += seconds("server-start") * len(group.launches)
-        total += sum(seconds(_step_key(step)) for step in group.steps)
-    return Job(pin, event, [item.session(pin) for item in items], rocm_job.server_lines(groups, pin), total,
-               sorted(set(sources)) or ["defaults (sglpatch.matrix.plan.DEFAULT_SECONDS)"], groups)
+        if group.launches:
+            total += seconds("server-start") * len(group.launches)
+        total += sum(seconds(key, default) for step in group.steps for key, default in _step_keys(step))
+    return Job(pin, event, [item.session(pin) for item in items], rocm_job.server_lines(groups, pin), total, figures, groups)
 
 
 def changed_pins(project: Project, changed_files: list[str]) -> list[str]:
@@ -170,12 +210,21 @@ def git_changed_files(root: Path, base: str) -> list[str]:
     return done.stdout.split()
 
 
+def total_figures(jobs: list[Job]) -> dict[str, str]:
+    """Per figure over all jobs: recorded where every job that used it had it recorded, else default."""
+    figures: dict[str, str] = {}
+    for job in jobs:
+        for key, source in job.figures.items():
+            figures[key] = DEFAULT if DEFAULT in (source, figures.get(key)) else RECORDED
+    return figures
+
+
 def render(jobs: list[Job], event: str) -> str:
     lines = [f"ROCm CI plan for {event}: {len(jobs)} job(s), one per pin on one runner, "
-             f"{sum(j.node_hours for j in jobs):.2f} node-hours"]
+             f"estimated {sum(j.node_hours for j in jobs):.2f} node-hours (an estimate from "
+             f"{describe_sources(total_figures(jobs))})"]
     for job in jobs:
-        lines.append(f"- {job.id}: {job.node_hours:.2f} node-hours ({', '.join(job.sources)}); "
-                     f"{len(job.launches)} server start(s)")
+        lines.append(f"- {job.id}: estimated {job.node_hours:.2f} node-hours; {len(job.launches)} server start(s)")
         lines.append(f"    {job.door}")
         for number, group in enumerate(job.groups, 1):
             where = ", ".join(launch.name for launch in group.launches) or "no server"
@@ -184,9 +233,23 @@ def render(jobs: list[Job], event: str) -> str:
     return "\n".join(lines)
 
 
+def to_json(jobs: list[Job], event: str) -> dict:
+    """The plan as ``sglpatch matrix plan --json`` prints it: every node-hour figure named an
+    estimate, beside which of its durations were recorded and which are defaults."""
+    return {
+        "event": event,
+        "jobs": [{"id": job.id, "pin": job.pin, "event": job.event, "sessions": job.sessions, "launches": job.launches,
+                  "door": job.door, "estimated_seconds": job.seconds, "estimated_node_hours": job.node_hours,
+                  "estimate_durations": job.figures, "estimate_from": job.estimate_from()} for job in jobs],
+        "estimated_node_hours": round(sum(job.node_hours for job in jobs), 2),
+        "estimate_from": describe_sources(total_figures(jobs)),
+    }
+
+
 def github_outputs(jobs: list[Job], runner: list[str]) -> str:
-    """``jobs=`` (the job matrix) and ``runner=`` lines for $GITHUB_OUTPUT."""
+    """``jobs=`` (the job matrix, each job's estimated node-hours beside where the estimate came
+    from) and ``runner=`` lines for $GITHUB_OUTPUT."""
     include = [{"id": job.id, "pin": job.pin, "event": job.event, "sessions": json.dumps(job.sessions),
-                "node_hours": job.node_hours} for job in jobs]
+                "estimated_node_hours": job.node_hours, "estimate_from": job.estimate_from()} for job in jobs]
     return (f"jobs={json.dumps({'include': include}, separators=(',', ':'))}\n"
             f"runner={json.dumps(runner, separators=(',', ':'))}\n")

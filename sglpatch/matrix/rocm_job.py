@@ -148,7 +148,7 @@ class Launches:
 
 BASELINES = {
     "greedy": "greedy outputs without speculative decoding (the spec cells' baseline)",
-    "speed": "decode speed at depth 3 (the spec cells' baseline)",
+    "speed": "decode speed without speculative decoding (the spec cells' baseline)",
 }
 # Within a server's group: the baselines the spec cells compare with, load (is it up and answering),
 # then the gate -- before the spec cells' bursts, since its accept length is the server's running
@@ -197,7 +197,8 @@ def job_groups(items: list[Item], *, model: str | None = None, baselines_known: 
         else:
             raise SglpatchError(f"a ROCm job has no check {item.check!r}")
     if not baselines_known and any(step.kind == "spec" for _, step in served):
-        served[:0] = [(launches.plain(), Step("greedy")), (launches.depth(3), Step("speed"))]
+        # Both baselines on the one server without speculation: what every depth, 3 included, is compared with.
+        served[:0] = [(launches.plain(), Step("greedy")), (launches.plain(), Step("speed"))]
     by_launch: dict[Launch, Group] = {}
     for launch, step in served:
         by_launch.setdefault(launch, Group((launch,), [])).steps.append(step)
@@ -563,7 +564,7 @@ class _Job:
         return {"url": serve_check.URL, "server": {key: report.get(key) for key in ("healthy_s", "gpu", "log")}}
 
     def _run_baseline(self, step: Step, launch: Launch, server: ServerContainer, report: dict) -> None:
-        which = "plain" if step.kind == "greedy" else "depth3"
+        which = "plain" if step.kind == "greedy" else "plain_speed"
         started = time.monotonic()
         report = server.still_serving(report)
         if not report.get("serving"):
@@ -637,14 +638,15 @@ class _Job:
     # -- the spec cells' baselines, kept per image so a cell run alone can reuse them
 
     def _baseline_key(self) -> str:
-        return hashlib.sha256((self.launches.plain().key + self.launches.depth(3).key).encode()).hexdigest()[:12]
+        # "plain_speed": a file from before the speed baseline moved off depth 3 is not reused.
+        return hashlib.sha256((self.launches.plain().key + "plain_speed").encode()).hexdigest()[:12]
 
     def _known_baseline(self) -> dict | None:
         try:
             known = json.loads(self.baseline_path.read_text())
         except (OSError, ValueError):
             return None
-        if known.get("plain", {}).get("outputs") and known.get("depth3", {}).get("decode_tok_s"):
+        if known.get("plain", {}).get("outputs") and known.get("plain_speed", {}).get("decode_tok_s"):
             self.emit(f"# reusing the spec cells' baseline measured on this image: {self.baseline_path}")
             return known
         return None

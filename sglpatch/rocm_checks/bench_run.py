@@ -9,8 +9,9 @@ CONFIG: {"out": folder for every raw file, "timeout": seconds for a server to be
          "runs": [{"rate", "args": [client args]}]     every one of them, in order,
          "extend": [{"rate", "args": [...]}]}          each only while the run before met the rule
 
-Per variant: one server, then the client once per run, with every GPU's power sampled through
-each run; the server log stays in the variant's folder. Prints one JSON line: per variant the
+Per variant: one server, then the client once per run, with every GPU's power (and the node's
+where the host exposes it) sampled around each run and kept over the benchmark's own measured
+window; the server log stays in the variant's folder. Prints one JSON line: per variant the
 runs (exact command, raw output file, figures, power, server log window) and the environment.
 The host (``sglpatch.bench``) turns that and the raw files into records. Standard library only.
 """
@@ -22,6 +23,7 @@ import os
 import shlex
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -32,23 +34,57 @@ except ImportError:
     import power
 
 
+# The client prints this when its warm-up is done; then it flushes the cache (where asked), pauses
+# for WARMUP_PAUSE_S and only then starts the clock its "duration" is measured with (bench_serving's
+# benchmark(), the same on every pin from 0.5.10 to 0.5.23).
+WARMUP_DONE = "Starting main benchmark run"
+WARMUP_PAUSE_S = 1.0
+
+
+def measured_window(duration: float, written_at: float, warmup_done_at: float | None) -> tuple[float, float, str]:
+    """(start, end, how it was found) of the benchmark's own measured window, in wall-clock seconds:
+    ``duration`` long (the client's own), starting ``WARMUP_PAUSE_S`` after the client said its
+    warm-up was done where it said so, else ending when it wrote its output file (it writes the
+    file after computing its metrics, so this end is a little late). A warm-up anchor that would
+    end after the file was written is impossible and not used."""
+    if warmup_done_at is not None and warmup_done_at + WARMUP_PAUSE_S + duration <= written_at:
+        start = warmup_done_at + WARMUP_PAUSE_S
+        return start, start + duration, f"from the client's warm-up line + {WARMUP_PAUSE_S:g} s, its duration long"
+    return written_at - duration, written_at, "ending when the client wrote its output, its duration long"
+
+
 def run_client(client: dict, args: list[str], out_file: Path, *, env: dict | None = None,
                timeout: float = 7200, power_interval_s: float = 1.0, server_log: Path | None = None) -> dict:
-    """One run of the client (``prefix + [module] + args + --output-file``), power sampled
-    throughout; its figures from the per-request output."""
+    """One run of the client (``prefix + [module] + args + --output-file``), power sampled around it
+    and kept over the benchmark's own measured window; its figures from the per-request output."""
     out_file.parent.mkdir(parents=True, exist_ok=True)
     out_file.unlink(missing_ok=True)  # the client appends: one file per run
     command = [*client["prefix"], client["module"], *args, "--output-file", str(out_file)]
     client_log = out_file.with_suffix(".client.log")
     log_start = server_log.stat().st_size if server_log and server_log.exists() else 0
     started = time.time()
+    marks: dict[str, float] = {}
+    # Unbuffered, so each line is timestamped when the client prints it, not when a buffer fills.
+    run_env = {**os.environ, **(env or {}), "PYTHONUNBUFFERED": "1"}
     with open(client_log, "w") as log, power.PowerSampler(power_interval_s) as sampler:
+        process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=run_env,
+                                   text=True, errors="replace")
+
+        def pump() -> None:
+            for line in process.stdout:
+                if WARMUP_DONE in line and "warmup_done" not in marks:
+                    marks["warmup_done"] = time.time()
+                log.write(line)
+
+        reader = threading.Thread(target=pump, daemon=True)
+        reader.start()
         try:
-            done = subprocess.run(command, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})},
-                                  timeout=timeout)
-            exit_code, error = done.returncode, ""
+            exit_code, error = process.wait(timeout=timeout), ""
         except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
             exit_code, error = None, f"the client did not finish in {timeout} s: {shlex.join(command)}"
+        reader.join(timeout=10)
     result = {
         "command": shlex.join(command),
         "output_file": str(out_file),
@@ -56,7 +92,6 @@ def run_client(client: dict, args: list[str], out_file: Path, *, env: dict | Non
         "exit": exit_code,
         "started": started,
         "seconds": round(time.time() - started, 2),
-        "power": sampler.summary(),
         "error": error,
     }
     if server_log and server_log.exists():
@@ -65,10 +100,15 @@ def run_client(client: dict, args: list[str], out_file: Path, *, env: dict | Non
     try:
         runs = bench_metrics.read_runs(out_file)
         figures = bench_metrics.run_figures(runs[-1])
+        written_at = out_file.stat().st_mtime
     except (OSError, ValueError, IndexError, KeyError) as exc:
         tail = client_log.read_text(errors="replace")[-600:] if client_log.exists() else ""
         result["error"] = result["error"] or f"no per-request output ({type(exc).__name__}: {exc}): {tail}"
+        result["power"] = {**sampler.summary(), "error": "no measured window: the client wrote no per-request output"}
         return result
+    start, end, how = measured_window(figures["duration_s"], written_at, marks.get("warmup_done"))
+    result["power"] = sampler.summary((start, end))
+    result["power"]["window"]["found"] = how
     if "cache_hit_rate" not in figures and server_log and server_log.exists():
         with open(server_log, errors="replace") as handle:
             handle.seek(log_start)

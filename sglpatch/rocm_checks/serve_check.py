@@ -13,8 +13,8 @@ check that shares it against it, each check in its own container in the server c
 - ``"load"``, ``"spec"``, ``"greedy"``, ``"speed"``: talk to the running server at CONFIG "url" only
   and print one JSON line of figures. CONFIG "server" is what the serve mode printed (its health,
   GPU and log, echoed and scanned for shape mismatches). spec: "depth" and "baseline", the file of
-  the job's non-speculative greedy outputs and depth-3 decode speed ({"plain": {"outputs"},
-  "depth3": {"decode_tok_s"}}) that ``greedy`` and ``speed`` measured.
+  the job's greedy outputs and decode speed without speculative decoding ({"plain": {"outputs"},
+  "plain_speed": {"decode_tok_s"}}) that ``greedy`` and ``speed`` measured on that server.
 
 The host judges the figures. Standard library only: it runs with the image's Python.
 """
@@ -249,14 +249,14 @@ def spec_work(config: dict) -> dict:
     try:
         base = json.loads(Path(config["baseline"]).read_text())
     except (KeyError, OSError, ValueError) as exc:
-        base = {"plain": {"error": f"no baseline: {exc}"}, "depth3": {"error": f"no baseline: {exc}"}}
+        base = {"plain": {"error": f"no baseline: {exc}"}, "plain_speed": {"error": f"no baseline: {exc}"}}
     plain = base.get("plain", {}).get("outputs") or []
     mine = [out["text"] for out in outputs]
     if plain and mine:
         figures["prefix_match"] = [round(common_prefix(a, b) / max(len(a), 1), 3) for a, b in zip(plain, mine)]
         figures["exact_match"] = sum(a == b for a, b in zip(plain, mine))
-    figures["depth3_decode_tok_s"] = base.get("depth3", {}).get("decode_tok_s")
-    figures["baseline_errors"] = [base[key]["error"] for key in ("plain", "depth3") if base.get(key, {}).get("error")]
+    figures["plain_decode_tok_s"] = base.get("plain_speed", {}).get("decode_tok_s")
+    figures["baseline_errors"] = [base[key]["error"] for key in ("plain", "plain_speed") if base.get(key, {}).get("error")]
     return figures
 
 
