@@ -3,10 +3,18 @@
 Users serve from the released ROCm image, whose sglang is a git checkout at
 ``/sgl-workspace/sglang``, or work in their own clone. The checkout's sglang version picks the pin
 (setuptools-scm's ``python/sglang/_version.py``, else an exact ``v<version>`` tag, else the
-egg-info of an editable install; ``--pin`` to say it). Before anything changes, every file the
-pin's applied series touches must be byte for byte the pin's pristine file there; otherwise the
-run is refused naming the file. The result is exactly the pin's patched tree for those files,
-taken from the commits ``sglpatch apply`` made (build/trees/<pin>):
+egg-info of an editable install; else the pin named after the checkout). Before anything changes,
+every file the pin's applied series touches must be byte for byte the pin's pristine file there;
+otherwise the run is refused naming the file.
+
+By default the series goes in exactly as ``series.lock`` pins it, and nothing is proven again
+here (``locked_series``): the pin's artifact, refused unless its sha256 is the pin's, gives the
+pristine commit, which must be the lock's; the renditions the lock applies are committed on it in a
+scratch repository, and each commit and the final tree must be the lock's, all before the checkout
+is touched. No witness environment is built and no witness runs; the answer says "as locked" and
+what the lock records of the proof. A series that gives another tree (a patch edited here) is
+refused, naming the patch, unless ``witness``: then the witnesses prove the series here first, as
+``sglpatch witness`` does (in a scratch folder: build/ and the lock are left alone). Either way:
 
 - in a git checkout, one commit per patch on the current branch (the patch's author and message,
   the user as committer), the work tree moved by git itself, which refuses to overwrite local
@@ -19,15 +27,22 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from sglpatch import cache, diffs
+from sglpatch import cache, diffs, sources
+from sglpatch.apply import APPLIED, APPLIED_WITH_OFFSET, FAILURES, commit_patch, display_name
 from sglpatch.errors import SglpatchError
 from sglpatch.gitcmd import IDENTITY_EMAIL, IDENTITY_NAME, git_out, run_git
-from sglpatch.processes import run_tool
+from sglpatch.lock import read_lock
+from sglpatch.processes import run_tool, user_git_env
+from sglpatch.series import PatchFile
 
 USER_GIT_TIMEOUT_S = 300
+_LEVEL = re.compile(r"\[[^\]]+\]")  # the level a witness answer ran at, as WitnessResult.summary shows it
 _SCM_VERSION = re.compile(r"""^(?:__version__\s*=\s*)?version\s*=\s*['"]([^'"]+)['"]""", re.MULTILINE)
 
 
@@ -38,6 +53,21 @@ class IntoResult:
     how: str  # "git commits" or "files rewritten"
     commits: list[str] = field(default_factory=list)
     files: list[str] = field(default_factory=list)
+    proof: str = ""  # "as locked (...)" or "witnessed here (...)"
+
+
+@dataclass
+class LockedSeries:
+    """A pin's series as ``series.lock`` pins it, committed again and checked against the lock."""
+
+    version: str
+    repo: Path  # a scratch repository with the commits (the pristine objects borrowed from the cache)
+    pristine: str
+    commit: str
+    tree: str
+    renditions: list[tuple[str, PatchFile]]  # (series name, rendition) the lock applies, in order
+    commits: list[str]
+    proof: str  # what the lock records of the witnesses that proved the entry
 
 
 def checkout_version(checkout: Path) -> tuple[str | None, str]:
@@ -58,40 +88,187 @@ def checkout_version(checkout: Path) -> tuple[str | None, str]:
     return None, "no _version.py, exact tag or egg-info"
 
 
-def apply_into(project, checkout: Path, pin_name: str | None = None, *, allow_unavailable: bool = False) -> IntoResult:
-    from sglpatch.authoring import applied_renditions
-    from sglpatch.project import apply_series
-
+def apply_into(project, checkout: Path, pin_name: str | None = None, *, witness: bool = False,
+               allow_unavailable: bool = False) -> IntoResult:
+    """The pin's series into ``checkout``: as locked, or with ``witness`` proven here first."""
     checkout = checkout.resolve()
     if not (checkout / "python" / "sglang").is_dir():
         raise SglpatchError(f"{checkout}: not an sglang checkout (no python/sglang/ in it)")
+    pin = _pin_of(project, checkout, pin_name)
+    if witness:
+        with tempfile.TemporaryDirectory(prefix="sglpatch-into-") as scratch:
+            return _witnessed_into(project, checkout, pin, Path(scratch), allow_unavailable)
+    with locked_series(project, pin) as locked:
+        return _into(checkout, locked.repo, pin.version, locked.pristine, locked.renditions, locked.commits,
+                     locked.commit, f"as locked ({locked.proof})")
+
+
+def _pin_of(project, checkout: Path, pin_name: str | None):
     pins = project.pins()
-    if pin_name is None:
-        found, how = checkout_version(checkout)
-        if found is None:
-            raise SglpatchError(f"{checkout}: cannot tell its sglang version ({how}); name the pin with --pin")
-        pinned = {pin.version: pin for pin in pins.pins}
-        if found not in pinned:
-            raise SglpatchError(
-                f"{checkout}: sglang {found} (from {how}) is not pinned; pinned: {', '.join(pinned)}"
-            )
-        pin = pinned[found]
+    if pin_name is not None:
+        return pins.select([pin_name])[0]
+    found, how = checkout_version(checkout)
+    pinned = {pin.version: pin for pin in pins.pins}
+    if found is None:
+        raise SglpatchError(
+            f"{checkout}: cannot tell its sglang version ({how}); name the pin after the checkout: "
+            f"sglpatch apply --into {checkout} VERSION (pinned: {', '.join(pinned)})"
+        )
+    if found not in pinned:
+        raise SglpatchError(f"{checkout}: sglang {found} (from {how}) is not pinned; pinned: {', '.join(pinned)}")
+    return pinned[found]
+
+
+def _into(checkout: Path, repo: Path, version: str, pristine: str, renditions, commits: list[str], final: str,
+          proof: str) -> IntoResult:
+    touched = sorted({path for _, rendition in renditions for path in _paths(rendition)})
+    _refuse_unless_pristine(checkout, repo, pristine, touched, version)
+    if _is_git(checkout):
+        done = _into_git(checkout, repo, version, renditions, commits, touched)
     else:
-        pin = pins.select([pin_name])[0]
-    report = apply_series(project, [pin.version], allow_unavailable=allow_unavailable)
+        done = _into_folder(checkout, repo, version, final, touched)
+    done.proof = proof
+    return done
+
+
+# -- as locked ----------------------------------------------------------------------------------
+
+_REPROVE = "--witness proves the series here instead"
+
+
+@contextmanager
+def locked_series(project, pin) -> Iterator[LockedSeries]:
+    """The pin's series exactly as the lock pins it, in a scratch repository removed afterwards;
+    refused (one line, naming what differs) where the pristine artifact, a rendition's commit or
+    the final tree is not the lock's. Runs no witness and builds no witness environment."""
+    from sglpatch.authoring import applied_renditions
+
+    version = pin.version
+    entry = read_lock(project.lock_file)["pins"].get(version)
+    if entry is None:
+        raise SglpatchError(f"{project.lock_file}: no entry for sglang {version}, so nothing is locked to apply; {_REPROVE}")
+    if entry.get("artifact_sha256") != pin.sha256:
+        raise SglpatchError(
+            f"{project.lock_file}: the entry for {version} is for the artifact with sha256 {entry.get('artifact_sha256')}, "
+            f"upstream/pins.toml pins {pin.sha256}; refused"
+        )
+    locked = [outcome.get("name") for outcome in entry.get("patches", [])]
+    ours = [patch.name for patch in project.series().patches]
+    if locked != ours:
+        raise SglpatchError(
+            f"{project.lock_file}: the entry for {version} locks the patches {', '.join(locked) or 'none'}, "
+            f"the series has {', '.join(ours) or 'none'}; {_REPROVE}"
+        )
+    renditions = applied_renditions(project, version)
+    locked_commits = [o.get("commit", "") for o in entry["patches"] if o.get("status") in (APPLIED, APPLIED_WITH_OFFSET)]
+    pristine = sources.pristine_from_index(pin)  # the artifact is refused unless its sha256 is the pin's
+    if pristine.commit != entry.get("pristine"):
+        raise SglpatchError(
+            f"sglang {version}: its artifact gives the pristine commit {pristine.commit}, "
+            f"the lock has {entry.get('pristine')}; refused"
+        )
+    with tempfile.TemporaryDirectory(prefix="sglpatch-locked-") as scratch:
+        repo = Path(scratch) / "series"
+        run_git(["init", "--quiet", str(repo)], Path(scratch))
+        # The pristine release's objects stay in the cache; only the patches' few are written here.
+        (repo / ".git" / "objects" / "info" / "alternates").write_text(f"{pristine.repo / 'objects'}\n")
+        env = {"GIT_INDEX_FILE": str(repo / ".git" / "sglpatch-index")}
+        run_git(["read-tree", pristine.commit], repo, env=env)
+        parent, commits = pristine.commit, []
+        for (_, rendition), expected in zip(renditions, locked_commits):
+            where = display_name(rendition)
+            # What apply and check refuse in a diff's content (the trailers name witnesses, which
+            # as locked do not run).
+            problems = diffs.diff_problems(rendition)
+            if problems:
+                raise SglpatchError(f"{problems[0]}; refused")
+            applied = run_git(["apply", "--cached", "--whitespace=nowarn", "-"], repo, env=env,
+                              input=rendition.diff_text.encode(), check=False)
+            if applied.returncode != 0:
+                first = (applied.stderr.decode(errors="replace").strip().splitlines() or ["git apply failed"])[0]
+                raise SglpatchError(
+                    f"{where}: does not apply to sglang {version} as the lock says it does ({first}); {_REPROVE}"
+                )
+            parent = commit_patch(repo, rendition, git_out(["write-tree"], repo, env=env), parent)
+            if parent != expected:
+                raise SglpatchError(
+                    f"{where}: gives commit {parent[:12]} on sglang {version}, the lock has {expected[:12]} "
+                    f"(the patch is not the one locked: a local edit?); refused: {_REPROVE}, "
+                    f"`sglpatch apply {version} --update-lock` records it"
+                )
+            commits.append(parent)
+        tree = git_out(["rev-parse", f"{parent}^{{tree}}"], repo)
+        if parent != entry.get("commit") or tree != entry.get("tree"):
+            raise SglpatchError(
+                f"sglang {version}: the series gives tree {tree[:12]} (commit {parent[:12]}), the lock has "
+                f"{str(entry.get('tree'))[:12]} (commit {str(entry.get('commit'))[:12]}); refused: {_REPROVE}"
+            )
+        yield LockedSeries(version, repo, pristine.commit, parent, tree, renditions, commits,
+                           f"series.lock tree {tree[:12]}; {locked_proof(entry)}")
+
+
+def locked_proof(entry: dict) -> str:
+    """What the lock entry records of the witnesses that settled each patch: its outcome, and,
+    where the entry records it (a patch's ``witness`` record), the witness's answers on the
+    pristine and the patched tree with the level each ran at (``answer [level]``, or ``level``)."""
+    parts, answered, levelled = [], False, False
+    for outcome in entry.get("patches", []):
+        number = str(outcome.get("name", "?")).split("-", 1)[0]
+        record = outcome.get("witness")
+        if isinstance(record, str):
+            record = {"answer": record}
+        said = []
+        if isinstance(record, dict):
+            for key, where in (("name", ""), ("pristine", "on the pristine tree "), ("patched", "on the patched tree "),
+                               ("answer", ""), ("level", "at ")):
+                value = str(record.get(key) or "")
+                if value and value != "-":
+                    said.append(f"{where}{value}")
+                    levelled = levelled or key == "level" or bool(_LEVEL.search(value))
+            answered = answered or bool(said)
+        parts.append(f"{number} {outcome.get('status', '?')}" + (f" (witness {', '.join(said)})" if said else ""))
+    recorded = "; ".join(parts) or "no patches"
+    if levelled:
+        return f"proven in the lock by: {recorded}"
+    if answered:
+        return f"the lock records the witnesses' answers but no level: {recorded}"
+    return f"the lock records no witness level, only each patch's outcome: {recorded}"
+
+
+# -- witnessed here -----------------------------------------------------------------------------
+
+
+def _witnessed_into(project, checkout: Path, pin, scratch: Path, allow_unavailable: bool) -> IntoResult:
+    """The series proven by its witnesses here, as ``sglpatch witness`` does: in ``scratch``, the
+    lock compared, not written."""
+    from sglpatch.project import apply_series
+
+    series = project.series()
+    report = apply_series(project, [pin.version], out_dir=scratch, record=False, allow_unavailable=allow_unavailable)
     result = report.results[0]
-    if not result.ok:
-        raise SglpatchError(f"sglang {pin.version}: the series does not apply: {result.error}")
+    failed = [o for o in result.patches if o.status in FAILURES]
+    if failed or not result.commit:
+        why = "; ".join(f"{o.name}: {o.status}: {(o.detail.splitlines() or [''])[0]}" for o in failed) or result.error
+        raise SglpatchError(f"sglang {pin.version}: the series does not apply, so nothing was changed: {why}")
     tree = Path(result.tree_path)
-    renditions = applied_renditions(project, pin.version)
+    renditions = [(o.name, series.get(o.name).for_version(pin.version)) for o in result.patches if o.commit]
     commits = git_out(["rev-list", "--reverse", f"{result.pristine}..{result.commit}"], tree).split()
     if len(commits) != len(renditions):
-        raise SglpatchError(f"{tree}: {len(commits)} commits for {len(renditions)} applied patches; run apply again")
-    touched = sorted({path for _, rendition in renditions for path in _paths(rendition)})
-    _refuse_unless_pristine(checkout, tree, result.pristine, touched, pin.version)
-    if _is_git(checkout):
-        return _into_git(checkout, tree, pin.version, renditions, commits, touched)
-    return _into_folder(checkout, tree, pin.version, result.commit, touched)
+        raise SglpatchError(f"{tree}: {len(commits)} commits for {len(renditions)} applied patches; run again")
+    said = "; ".join(
+        f"{o.name.split('-', 1)[0]} {o.status}"
+        + (f", witness {' -> '.join(filter(None, (o.witness_before, o.witness_after)))}"
+           if o.witness_before or o.witness_after else "")
+        + (" UNPROVEN" if o.unproven else "")
+        for o in result.patches
+    )
+    lock = {"not in the lock": "series.lock has no entry for it", "matches": "the same as series.lock"}.get(
+        result.lock, "differs from series.lock, which is left as it was")
+    return _into(checkout, tree, pin.version, result.pristine, renditions, commits, result.commit,
+                 f"witnessed here ({said}; {lock})")
+
+
+# -- into the checkout --------------------------------------------------------------------------
 
 
 def _paths(rendition) -> list[str]:
@@ -128,9 +305,10 @@ def _is_git(checkout: Path) -> bool:
 
 
 def _user_git(args: list[str], checkout: Path, env: dict[str, str] | None = None, input: bytes | None = None) -> str:
-    """git in the user's checkout with the user's own configuration (identity, hooks stay theirs)."""
+    """git in the user's checkout with the user's own configuration (identity, hooks stay theirs),
+    of the caller's environment only what that needs (``processes.user_git_env``)."""
     done = run_tool(["git", *args], f"git {' '.join(args[:2])} in {checkout}", USER_GIT_TIMEOUT_S, cwd=checkout,
-                    env={**os.environ, **(env or {})}, input=input or b"")
+                    env=user_git_env(env), input=input or b"")
     if done.returncode != 0:
         raise SglpatchError(f"git {' '.join(args[:2])} failed in {checkout}: {done.stderr.decode(errors='replace').strip()}")
     return done.stdout.decode().strip()

@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import json
+import shutil
 import subprocess
 import sys
 
 import pytest
 
 from conftest import format_patch, git, tree_files
+from sglpatch import witnesses
 from sglpatch.errors import SglpatchError
-from sglpatch.into import apply_into, checkout_version
+from sglpatch.into import apply_into, checkout_version, locked_proof
+from sglpatch.project import apply_series
 
 KERNEL = "python/sglang/jit_kernel/csrc/kernel.cuh"
 EXAMPLE = "python/sglang/srt/layers/example.py"
@@ -24,7 +28,21 @@ def guarded(fake_project, tmp_path):
     files = {**files, KERNEL: guard}
     second = format_patch(tmp_path, files, {KERNEL: guard + "// fused\n"}, "kernel: note", trailers={"Witness": "guard-text"})
     fake_project.set_patches([("0001-guard.patch", first), ("0002-note.patch", second)])
+    # The lock entries --into applies, proven by the witnesses once, as CI does.
+    assert apply_series(fake_project.project, ["0.1.0"]).ok
     return fake_project
+
+
+def _locked(project, version="0.1.0"):
+    return json.loads(project.lock_file.read_text())["pins"][version]
+
+
+def _no_witness_may_run(monkeypatch):
+    def refuse(*args, **kwargs):
+        raise AssertionError("a witness ran")
+
+    monkeypatch.setattr(witnesses, "run_cached_many", refuse)
+    monkeypatch.setattr(witnesses, "run_cached", refuse)
 
 
 def _pristine_files(project, dest):
@@ -84,7 +102,7 @@ def test_a_checkout_that_is_not_the_pins_release_is_refused_and_left_alone(guard
     assert git(checkout, "rev-parse", "HEAD") == head and (checkout / KERNEL).read_text().endswith("// a local fix\n")
 
 
-def test_local_changes_in_the_files_the_series_changes_are_refused(guarded, tmp_path):
+def test_local_changes_outside_the_files_the_series_changes_are_kept(guarded, tmp_path):
     checkout = _git_checkout(guarded.project, tmp_path / "sglang")
     (checkout / EXAMPLE).write_text("mine\n")  # not touched by the series: fine
     (checkout / KERNEL).write_text((checkout / KERNEL).read_text())  # same bytes: fine
@@ -92,28 +110,212 @@ def test_local_changes_in_the_files_the_series_changes_are_refused(guarded, tmp_
     assert (checkout / EXAMPLE).read_text() == "mine\n" and len(done.commits) == 2
 
 
+def _everything_in(checkout) -> dict:
+    """What the user would see changed: every work-tree file (tracked or not) byte for byte with
+    its mode, the index, HEAD and its branch, every ref, every commit reachable, the reflogs."""
+    files = {}
+    for path in sorted(checkout.rglob("*")):
+        relative = path.relative_to(checkout)
+        if relative.parts[0] == ".git" or (path.is_dir() and not path.is_symlink()):
+            continue
+        files[str(relative)] = (path.lstat().st_mode, path.read_bytes())
+    return {
+        "files": files,
+        "index": git(checkout, "ls-files", "--stage", "-z"),
+        "head": git(checkout, "rev-parse", "HEAD") + git(checkout, "symbolic-ref", "HEAD"),
+        "refs": git(checkout, "for-each-ref", "--format=%(refname) %(objectname)"),
+        "commits": git(checkout, "rev-list", "--all", "--reflog"),
+        "reflog": git(checkout, "reflog", "--all", "--format=%H %gs"),
+        "status": git(checkout, "status", "--porcelain=v1", "-z", "--untracked-files=all"),
+    }
+
+
+def _edit(checkout):
+    (checkout / KERNEL).write_text((checkout / KERNEL).read_text() + "// my local fix\n")
+
+
+def _stage_then_restore(checkout):
+    pristine = (checkout / KERNEL).read_bytes()
+    _edit(checkout)
+    git(checkout, "add", KERNEL)
+    (checkout / KERNEL).write_bytes(pristine)  # the file's bytes are pristine again; the index is not
+
+
+def _make_executable(checkout):
+    (checkout / KERNEL).chmod(0o755)
+
+
+def _delete(checkout):
+    (checkout / KERNEL).unlink()
+
+
+@pytest.mark.parametrize(
+    "change, says",
+    [
+        (_edit, f"{KERNEL}: differs from sglang 0.1.0's pristine file"),
+        (_stage_then_restore, f"local changes in files the series changes (MM {KERNEL} ...); commit or stash them"),
+        # git status says " M"; the message strips its leading space.
+        (_make_executable, f"local changes in files the series changes (M {KERNEL} ...); commit or stash them"),
+        (_delete, f"{KERNEL}: missing (or not a plain file); the checkout is not sglang 0.1.0"),
+    ],
+    ids=["edited", "staged", "mode", "deleted"],
+)
+def test_local_changes_in_the_files_the_series_changes_are_refused_and_nothing_changes(guarded, tmp_path, change, says):
+    checkout = _git_checkout(guarded.project, tmp_path / "sglang")
+    git(checkout, "branch", "experiment")
+    (checkout / "python" / "sglang" / "notes.txt").write_bytes(b"untracked, mine\n")
+    (checkout / "scratch").mkdir()
+    (checkout / "scratch" / "run.sh").write_bytes(b"#!/bin/sh\n")
+    (checkout / EXAMPLE).write_text("mine, not staged\n")
+    change(checkout)
+    before = _everything_in(checkout)
+    command = [sys.executable, "-m", "sglpatch", "-q", "--root", str(guarded.root), "apply", "--into", str(checkout)]
+    refused = subprocess.run(command, capture_output=True, text=True)
+    assert refused.returncode == 2, refused.stdout + refused.stderr
+    assert says in refused.stderr and "Traceback" not in refused.stderr, refused.stderr
+    assert len(refused.stderr.strip().splitlines()) == 1, refused.stderr
+    assert _everything_in(checkout) == before
+
+
 def test_an_unknown_version_is_refused_until_the_pin_is_named(guarded, tmp_path):
     folder = _pristine_files(guarded.project, tmp_path / "plain")
-    with pytest.raises(SglpatchError, match="cannot tell its sglang version .* --pin"):
+    with pytest.raises(SglpatchError, match="cannot tell its sglang version") as refused:
         apply_into(guarded.project, folder)
+    # apply takes the pin as its argument; it has no --pin flag.
+    assert f"sglpatch apply --into {folder} VERSION (pinned: 0.1.0, 0.2.0)" in str(refused.value)
+    assert "--pin" not in str(refused.value)
     (folder / "python" / "sglang" / "_version.py").write_text("__version__ = version = '9.9.9'\n")
     with pytest.raises(SglpatchError, match=r"sglang 9.9.9 .* is not pinned; pinned: 0.1.0, 0.2.0"):
         apply_into(guarded.project, folder)
     assert apply_into(guarded.project, folder, "0.1.0").files == [KERNEL]
 
 
-def test_the_cli_applies_into_a_checkout(fake_project, tmp_path):
-    # The CLI runs in its own process, without the test witnesses: rocm-guard finds nothing to
-    # compile in this small tree, so the run must say it is unproven.
+def test_the_cli_applies_into_a_checkout_as_locked_without_the_tests_witnesses(guarded, tmp_path):
+    # The CLI runs in its own process, where the test witness that proved the lock does not exist:
+    # as locked, no witness is needed.
+    checkout = _git_checkout(guarded.project, tmp_path / "sglang")
+    command = [sys.executable, "-m", "sglpatch", "-q", "--root", str(guarded.root), "apply", "--into", str(checkout)]
+    done = subprocess.run(command, capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "applied as git commits, as locked (series.lock tree" in done.stdout
+    assert git(checkout, "rev-parse", "HEAD^{tree}").strip() == _locked(guarded.project)["tree"]
+
+
+def test_the_cli_refuses_a_pin_the_lock_does_not_hold_until_witnessed(fake_project, tmp_path):
+    # Without the test witnesses rocm-guard finds nothing to compile in this small tree, so the
+    # witnessed run must say it is unproven.
     files = tree_files("0.1.0")
     guard = files[KERNEL].replace("#include <cuda_runtime.h>\n", "#ifndef USE_ROCM\n#include <cuda_runtime.h>\n#endif\n")
     fake_project.set_patches([("0001-guard.patch", format_patch(tmp_path, files, {KERNEL: guard}, "kernel: guard",
                                                                   trailers={"Witness": "rocm-guard"}))])
     folder = _pristine_files(fake_project.project, tmp_path / "plain")
-    command = [sys.executable, "-m", "sglpatch", "--root", str(fake_project.root), "apply", "--into", str(folder), "0.1.0"]
-    refused = subprocess.run(command, capture_output=True, text=True)
-    assert refused.returncode == 2 and "witness-unavailable" in refused.stderr and "Traceback" not in refused.stderr
-    assert (folder / KERNEL).read_text() == files[KERNEL]
-    done = subprocess.run([*command, "--allow-unavailable"], capture_output=True, text=True)
+    command = [sys.executable, "-m", "sglpatch", "-q", "--root", str(fake_project.root), "apply", "--into", str(folder), "0.1.0"]
+    for extra, says in (([], "no entry for sglang 0.1.0, so nothing is locked to apply; --witness"),
+                        (["--allow-unavailable"], "--allow-unavailable with --into goes with --witness"),
+                        (["--witness"], "witness-unavailable")):
+        refused = subprocess.run([*command, *extra], capture_output=True, text=True)
+        assert refused.returncode == 2 and says in refused.stderr, refused.stderr
+        assert "Traceback" not in refused.stderr and len(refused.stderr.strip().splitlines()) == 1, refused.stderr
+        assert (folder / KERNEL).read_text() == files[KERNEL]
+    done = subprocess.run([*command, "--witness", "--allow-unavailable"], capture_output=True, text=True)
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "applied as files rewritten" in done.stdout and (folder / KERNEL).read_text() == guard
+    assert "applied as files rewritten, witnessed here" in done.stdout and "UNPROVEN" in done.stdout
+    assert (folder / KERNEL).read_text() == guard
+    assert not fake_project.project.lock_file.exists()  # --into proves, it does not write the lock
+
+
+def test_apply_into_from_the_lock_on_a_fresh_machine_builds_no_cpu_python_and_runs_no_witness(
+    guarded, tmp_path, cache_dir, monkeypatch, test_witnesses
+):
+    checkout = _git_checkout(guarded.project, tmp_path / "sglang")
+    expected = _patched(guarded.project)
+    # A fresh machine: no cache (no artifact, no environment, no witness answer) and no build/.
+    shutil.rmtree(cache_dir)
+    shutil.rmtree(guarded.project.build_dir)
+    test_witnesses["guard-text"].runs.clear()
+    _no_witness_may_run(monkeypatch)
+    done = apply_into(guarded.project, checkout)
+    assert test_witnesses["guard-text"].runs == []
+    assert not (cache_dir / "pyenv").exists() and sorted(p.name for p in cache_dir.iterdir()) == ["artifacts", "pristine"]
+    assert not guarded.project.build_dir.exists()
+    assert done.proof.startswith("as locked (series.lock tree ")
+    assert locked_proof(_locked(guarded.project)) in done.proof and "0001 applied" in done.proof
+    locked = _locked(guarded.project)
+    assert git(checkout, "rev-parse", "HEAD^{tree}").strip() == locked["tree"]
+    assert (checkout / KERNEL).read_text() == expected and done.files == [KERNEL]
+
+
+def test_the_lock_entrys_witness_levels_are_named_where_it_records_them():
+    patches = [{"name": "0001-guard.patch", "status": "not-needed", "commit": ""},
+               {"name": "0002-mtp.patch", "status": "applied", "commit": "abc"}]
+    assert locked_proof({"patches": patches}) == (
+        "the lock records no witness level, only each patch's outcome: 0001 not-needed; 0002 applied")
+    patches[0]["witness"] = {"pristine": "clean [hip-compile gfx942,gfx950]", "patched": "-"}
+    patches[1]["witness"] = {"pristine": "bug [cpu]", "patched": "clean [cpu]"}
+    assert locked_proof({"patches": patches}) == (
+        "proven in the lock by: 0001 not-needed (witness on the pristine tree clean [hip-compile gfx942,gfx950]); "
+        "0002 applied (witness on the pristine tree bug [cpu], on the patched tree clean [cpu])")
+    patches[1]["witness"] = {"pristine": "bug", "patched": "clean", "level": "include-graph"}
+    assert locked_proof({"patches": patches[1:]}) == (
+        "proven in the lock by: 0002 applied (witness on the pristine tree bug, on the patched tree clean, at include-graph)")
+    patches[1]["witness"] = {"pristine": "bug", "patched": "clean"}
+    assert locked_proof({"patches": patches[1:]}).startswith("the lock records the witnesses' answers but no level: ")
+
+
+def _edit_the_second_patch(project) -> None:
+    path = project.root / "patches" / "0002-note.patch"
+    path.write_text(path.read_text().replace("+// fused\n", "+// fused, edited here\n"))
+
+
+def test_a_locally_edited_patch_is_refused_without_witness_and_the_checkout_is_left_alone(guarded, tmp_path, monkeypatch):
+    checkout = _git_checkout(guarded.project, tmp_path / "sglang")
+    head, kernel = git(checkout, "rev-parse", "HEAD"), (checkout / KERNEL).read_bytes()
+    _edit_the_second_patch(guarded.project)
+    _no_witness_may_run(monkeypatch)
+    with pytest.raises(SglpatchError, match=r"0002-note.patch: gives commit \w{12} on sglang 0\.1\.0, the lock has \w{12} "
+                                            r".*refused: --witness proves the series here instead") as refused:
+        apply_into(guarded.project, checkout)
+    assert "\n" not in str(refused.value)
+    assert git(checkout, "rev-parse", "HEAD") == head and (checkout / KERNEL).read_bytes() == kernel
+    assert git(checkout, "status", "--porcelain").strip() == ""
+
+
+def test_witness_proves_an_edited_series_here_and_leaves_the_lock_alone(guarded, tmp_path, test_witnesses):
+    checkout = _git_checkout(guarded.project, tmp_path / "sglang")
+    lock = guarded.project.lock_file.read_bytes()
+    _edit_the_second_patch(guarded.project)
+    test_witnesses["guard-text"].runs.clear()
+    done = apply_into(guarded.project, checkout, witness=True)
+    # The pristine tree's answer is remembered from the lock's run; the edited tree is new.
+    assert len(test_witnesses["guard-text"].runs) == 1
+    assert done.proof == ("witnessed here (0001 applied, witness bug [text] -> clean [text]; "
+                          "0002 applied, witness bug [text] -> clean [text]; differs from series.lock, which is left as it was)")
+    assert (checkout / KERNEL).read_text().endswith("// fused, edited here\n") and len(done.commits) == 2
+    assert guarded.project.lock_file.read_bytes() == lock
+
+
+def test_witness_proves_the_locked_series_again_here(guarded, tmp_path, cache_dir, test_witnesses):
+    checkout = _git_checkout(guarded.project, tmp_path / "sglang")
+    shutil.rmtree(cache_dir)  # a fresh machine: the answers are computed here, not remembered
+    test_witnesses["guard-text"].runs.clear()
+    done = apply_into(guarded.project, checkout, witness=True)
+    assert len(test_witnesses["guard-text"].runs) == 2
+    assert done.proof.endswith("; the same as series.lock)")
+    assert git(checkout, "rev-parse", "HEAD^{tree}").strip() == _locked(guarded.project)["tree"]
+
+
+def test_sglpatch_image_takes_the_series_as_locked_and_runs_no_witness(guarded, monkeypatch, capsys):
+    from sglpatch import cli
+    from sglpatch.matrix import containers
+
+    built = []
+    monkeypatch.setattr(containers, "connect", lambda url=None: object())
+    monkeypatch.setattr(containers, "build_image", lambda client, spec, on_log=print: built.append(spec) or "sha256:feed")
+    _no_witness_may_run(monkeypatch)
+    assert cli.main(["-q", "--root", str(guarded.root), "image", "0.1.0"]) == 0
+    out = capsys.readouterr().out
+    assert [name for name, _ in built[0].patches] == ["0001-guard.patch", "0002-note.patch"]
+    assert built[0].base_image == "lmsysorg/sglang:v0.1.0-rocm720-mi35x" and "; as locked (series.lock tree" in out
+    _edit_the_second_patch(guarded.project)
+    assert cli.main(["-q", "--root", str(guarded.root), "image", "0.1.0"]) == 2
+    assert "the lock has" in capsys.readouterr().err and len(built) == 1

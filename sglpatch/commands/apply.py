@@ -30,7 +30,15 @@ def register(sub) -> None:
         "--into",
         type=Path,
         metavar="CHECKOUT",
-        help="apply to your own sglang checkout (e.g. /sgl-workspace/sglang in the ROCm image) instead of build/trees",
+        help="apply to your own sglang checkout (e.g. /sgl-workspace/sglang in the ROCm image) instead of build/trees: "
+        "the pin's series exactly as series.lock pins it, no witness run (the pin: the checkout's own version, "
+        "or name it after the checkout)",
+    )
+    parser.add_argument(
+        "--witness",
+        action="store_true",
+        help="with --into: prove the series here with its witnesses first (builds their environments), "
+        "instead of applying it as locked; also takes a series that differs from the lock",
     )
     parser.add_argument(
         "--discard-local",
@@ -42,6 +50,8 @@ def register(sub) -> None:
 def run(project, args) -> int:
     if args.into is not None:
         return _into(project, args)
+    if args.witness:
+        raise SglpatchError("--witness goes with --into (apply runs the witnesses of every pin by default)")
     report = apply_series(
         project,
         args.pins,
@@ -65,10 +75,13 @@ def _into(project, args) -> int:
 
     if len(args.pins) > 1:
         raise SglpatchError("--into takes at most one pin (default: the checkout's own sglang version)")
-    done = apply_into(project, args.into, args.pins[0] if args.pins else None, allow_unavailable=args.allow_unavailable)
-    say(args, f"{done.checkout}: the series for sglang {done.version} applied as {done.how}")
+    if args.allow_unavailable and not args.witness:
+        raise SglpatchError("--allow-unavailable with --into goes with --witness (as locked, no witness runs)")
+    done = apply_into(project, args.into, args.pins[0] if args.pins else None, witness=args.witness,
+                      allow_unavailable=args.allow_unavailable)
+    say(args, f"{done.checkout}: the series for sglang {done.version} applied as {done.how}, {done.proof}")
     for line in [*done.commits, *done.files]:
         say(args, f"  {line[:12] if line in done.commits else line}")
     emit_json(args, {"checkout": str(done.checkout), "version": done.version, "how": done.how,
-                     "commits": done.commits, "files": done.files})
+                     "proof": done.proof, "commits": done.commits, "files": done.files})
     return exitcodes.OK

@@ -11,22 +11,48 @@ def register(sub) -> None:
     parser.add_argument("pin")
     parser.add_argument("--image", help="base image ({version} is replaced; default: the pin's rocm_image or $SGLPATCH_ROCM_IMAGE)")
     parser.add_argument("--docker-url", help="the docker engine (default: $DOCKER_HOST or the local socket)")
+    parser.add_argument(
+        "--witness",
+        action="store_true",
+        help="prove the series here with its witnesses first (builds their environments), instead of "
+        "taking it as series.lock pins it",
+    )
 
 
 def run(project, args) -> int:
     from sglpatch.matrix import containers
     from sglpatch.matrix import rocm as rocm_tier
-    from sglpatch.matrix.pin import prepare_pin
 
     version = pin_version(project, args.pin)
     client = containers.connect(args.docker_url)
-    put = prepare_pin(project, version)
     options = rocm_tier.RocmOptions(base_image=args.image, docker_url=args.docker_url, gpu=False)
+    spec, proof = _witnessed_spec(project, version, options) if args.witness else _locked_spec(project, version, options)
     with progress.step(f"image for sglang {version}") as shown:
-        spec, image_id = rocm_tier.build_patched_image(client, put, options, shown.update)
+        shown.update(f"# building {spec.tag} FROM {spec.base_image}")
+        image_id = containers.build_image(client, spec, shown.update)
     say(args, f"{spec.tag}  {image_id}")
     for key, value in sorted(spec.labels.items()):
         say(args, f"  {key}={value}")
     applied = ", ".join(name for name, _ in spec.patches) or "nothing to apply"
-    say(args, f"  checkout: {spec.checkout} (the series: {applied})")
+    say(args, f"  checkout: {spec.checkout} (the series: {applied}; {proof})")
     return exitcodes.OK
+
+
+def _locked_spec(project, version: str, options):
+    """The series as series.lock pins it (``into.locked_series``): no witness runs."""
+    from sglpatch.into import locked_series
+    from sglpatch.matrix import rocm as rocm_tier
+
+    pin = project.pins().select([version])[0]
+    series = project.series()
+    with locked_series(project, pin) as locked:
+        patches = [(name, rendition.path) for name, rendition in locked.renditions]
+        return rocm_tier.image_spec(pin, series.version, series.digest(), patches, options), f"as locked ({locked.proof})"
+
+
+def _witnessed_spec(project, version: str, options):
+    from sglpatch.matrix import rocm as rocm_tier
+    from sglpatch.matrix.pin import prepare_pin
+
+    put = prepare_pin(project, version)
+    return rocm_tier.patched_image(put, options), "witnessed here"
