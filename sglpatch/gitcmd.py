@@ -11,6 +11,7 @@ import subprocess
 from pathlib import Path
 
 from sglpatch.errors import SglpatchError
+from sglpatch.processes import declared_env
 
 IDENTITY_NAME = "sglpatch"
 IDENTITY_EMAIL = "sglpatch@localhost"
@@ -20,11 +21,9 @@ GIT_TIMEOUT_S = 900
 
 
 def git_env(extra: dict[str, str] | None = None) -> dict[str, str]:
-    env = {
-        key: value
-        for key, value in os.environ.items()
-        if not key.startswith("GIT_") or key in ("GIT_EXEC_PATH",)
-    }
+    """Of the caller's environment only what git needs to run (``processes.declared_env``): a
+    caller's ``GIT_DIR``, ``GIT_INDEX_FILE`` or ``GIT_WORK_TREE`` would point our git elsewhere."""
+    env = declared_env(("GIT_EXEC_PATH",))
     env.update(
         {
             "LC_ALL": "C",

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sglpatch.errors import SglpatchError
-from sglpatch.processes import run_tool
+from sglpatch.processes import pip_env, run_tool
 
 INDEX_ENV = "SGLPATCH_INDEX_URL"
 PIP_TIMEOUT_S = 60
@@ -103,7 +103,8 @@ def _from_pip(pip_env: tuple[tuple[str, str], ...]) -> IndexConfig:
 
 def pip_settings() -> dict[str, str]:
     """pip's effective option values (``pip config list``), the most specific section winning."""
-    done = run_tool([sys.executable, "-m", "pip", "config", "list"], "pip config list (pip's configuration)", PIP_TIMEOUT_S)
+    done = run_tool([sys.executable, "-m", "pip", "config", "list"], "pip config list (pip's configuration)", PIP_TIMEOUT_S,
+                    env=pip_env())
     if done.returncode != 0:
         raise SglpatchError(f"`pip config list` failed: {done.stderr.strip()[-300:]}")
     found: dict[tuple[str, str], str] = {}
@@ -127,7 +128,7 @@ def pip_settings() -> dict[str, str]:
 def _pip_default_index() -> str:
     """The index pip uses when none is configured, asked of the installed pip itself."""
     code = "from pip._internal.models.index import PyPI; print(PyPI.simple_url)"
-    done = run_tool([sys.executable, "-c", code], "reading pip's default index from pip", PIP_TIMEOUT_S)
+    done = run_tool([sys.executable, "-c", code], "reading pip's default index from pip", PIP_TIMEOUT_S, env=pip_env())
     url = done.stdout.strip()
     if done.returncode != 0 or "://" not in url:
         raise SglpatchError(

@@ -19,7 +19,7 @@ from sglpatch import sources, witnesses
 from sglpatch.apply import checkout_commit, ensure_tree_repo
 from sglpatch.errors import SglpatchError
 from sglpatch.gitcmd import IDENTITY_EMAIL, IDENTITY_NAME, git_out, run_git
-from sglpatch.processes import run_tool
+from sglpatch.processes import run_tool, user_git_env
 from sglpatch.series import METADATA_TRAILERS, PatchFile, SeriesPatch
 from sglpatch.witnesses import BUG, CLEAN, UNAVAILABLE, WitnessResult
 
@@ -150,7 +150,8 @@ def _user_identity(repo: Path) -> tuple[str, str] | None:
     values = []
     for key in ("user.name", "user.email"):
         try:
-            done = run_tool(["git", "config", "--get", key], f"git config {key} in {repo}", 60, cwd=repo)
+            done = run_tool(["git", "config", "--get", key], f"git config {key} in {repo}", 60, cwd=repo,
+                            env=user_git_env())
         except SglpatchError:
             return None
         if done.returncode != 0 or not done.stdout.strip():
@@ -244,6 +245,7 @@ def open_pull_request(export: Export, remote_branch: str | None = None) -> str:
         "gh pr create (network or a prompt?)",
         GH_TIMEOUT_S,
         cwd=export.repo,
+        env=user_git_env(),
     )
     if run.returncode != 0:
         raise SglpatchError(f"gh pr create failed: {run.stderr.strip()}")

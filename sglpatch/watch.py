@@ -23,7 +23,7 @@ from packaging.version import Version
 
 from sglpatch import forward, sources
 from sglpatch.errors import SglpatchError
-from sglpatch.processes import run_tool
+from sglpatch.processes import run_tool, user_git_env
 
 GIT_TIMEOUT_S = 300
 GH_TIMEOUT_S = 300
@@ -125,7 +125,7 @@ def watch(project, *, write: bool = True, out_dir: Path | None = None) -> WatchR
 
 
 def _run(command: list[str], cwd: Path, what: str, timeout: int) -> str:
-    done = run_tool(command, f"{what} ({' '.join(command[:3])})", timeout, cwd=cwd)
+    done = run_tool(command, f"{what} ({' '.join(command[:3])})", timeout, cwd=cwd, env=user_git_env())
     if done.returncode != 0:
         raise SglpatchError(f"{what} failed: {(done.stderr or done.stdout).strip()[-500:]}")
     return done.stdout.strip()
@@ -146,7 +146,8 @@ def open_pull_request(project, report: WatchReport, *, base: str = "main", remot
     def git(*args: str) -> str:
         return _run(["git", *args], root, f"git {args[0]}", GIT_TIMEOUT_S)
 
-    exists = run_tool(["git", "rev-parse", "--verify", "--quiet", f"refs/heads/{branch}"], "git rev-parse", GIT_TIMEOUT_S, cwd=root)
+    exists = run_tool(["git", "rev-parse", "--verify", "--quiet", f"refs/heads/{branch}"], "git rev-parse", GIT_TIMEOUT_S, cwd=root,
+                      env=user_git_env())
     if exists.returncode == 0:
         raise SglpatchError(f"{root}: branch {branch} already exists; delete it or merge it first")
     files = sorted({name for port in ports for name in port.files})
