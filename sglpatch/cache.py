@@ -136,3 +136,67 @@ def remove(path: Path) -> None:
         shutil.rmtree(path)
     elif path.exists() or path.is_symlink():
         path.unlink()
+
+
+# -- remembered answers ---------------------------------------------------------------------------
+
+ANSWERS_ENV = "SGLPATCH_ANSWERS_DIR"
+
+
+def answers_root() -> Path:
+    """Where remembered answers live: ``$SGLPATCH_ANSWERS_DIR``, else ``answers/`` in the cache.
+    Apart from the downloads and environments so that a run can start from no answers while it
+    shares what is expensive to build (a test that must compute its answers fresh does)."""
+    explicit = os.environ.get(ANSWERS_ENV)
+    root = Path(explicit) if explicit else cache_root() / "answers"
+    root.mkdir(parents=True, exist_ok=True)
+    return root
+
+
+class Memo:
+    """One kind of remembered answer: key -> a JSON value, kept in ``answers_root()/<kind>/``.
+
+    The key is the caller's digest of everything the answer read. A value is written atomically
+    under the key's lock, so one process computes while the others asking for the same key wait
+    and read it; a damaged entry is computed again. ``keep`` decides what is a verdict worth
+    keeping: an answer that could not be had (unavailable, a timeout, a killed child) is never
+    kept, so the next asker computes it again."""
+
+    def __init__(self, kind: str):
+        self.kind = kind
+
+    def path(self, key: str) -> Path:
+        return answers_root() / self.kind / f"{key}.json"
+
+    def get(self, key: str):
+        """The value kept under ``key``, or None (never kept, or damaged: then it is removed)."""
+        path = self.path(key)
+        try:
+            return json.loads(path.read_text())
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError):
+            path.unlink(missing_ok=True)
+            return None
+
+    def put(self, key: str, value) -> None:
+        write_atomically(self.path(key), json.dumps(value, indent=1, sort_keys=True))
+
+    def lock(self, key: str):
+        """The lock that guards computing ``key`` (``entry_lock``), for a caller that holds
+        several at once."""
+        return entry_lock(self.path(key), on_wait=lambda message: None)
+
+    def remember(self, key: str | None, compute, keep=lambda value: True):
+        """``compute()``'s value, kept under ``key`` where ``keep(value)``; given back, not
+        computed again, to the next asker of the same key. Without a key it just computes."""
+        if key is None:
+            return compute()
+        with self.lock(key):
+            value = self.get(key)
+            if value is not None:
+                return value
+            value = compute()
+            if keep(value):
+                self.put(key, value)
+        return value

@@ -9,6 +9,7 @@ it (read by aiter through ``AITER_CONFIG_FMOE``). The test matrix and the bench 
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import shlex
@@ -48,6 +49,16 @@ class Profile:
         server = {k: v for k, v in self.server.items() if k not in change.get("unset", [])}
         server.update(change.get("set", {}))
         return Profile(**{**self.__dict__, "server": server, "variants": {}})
+
+    def content_digest(self) -> str:
+        """A digest of the profile file's bytes and of the tuned MoE config it names: what an
+        answer that read the profile depends on (its name and version do not change with an
+        edit)."""
+        digest = hashlib.sha256(self.path.read_bytes())
+        moe = self.moe_config_path()
+        if moe is not None:
+            digest.update(b"\0" + moe.read_bytes())
+        return digest.hexdigest()
 
     def moe_config_path(self) -> Path | None:
         """The tuned MoE config the profile names, where it exists (a tuning run writes it)."""

@@ -105,6 +105,15 @@ class ProbeRun:
     error: str | None
     wall_s: float
 
+    def transient(self, name: str) -> bool:
+        """Whether probe ``name`` has no answer for a reason that is no verdict on the tree: the
+        child hung, was killed, could not start or ended without a report, or the probe ran past
+        its time limit. Such a failure is ``unavailable``, never kept as failed."""
+        answer = self.answers.get(name)
+        if answer is None:
+            return not self.runner.get("error")
+        return bool(answer.get("timed_out")) and not answer.get("ok")
+
     def failure(self, name: str) -> str | None:
         """Why probe ``name`` has no usable answer, or None when it has one."""
         answer = self.answers.get(name)
@@ -165,21 +174,24 @@ class CpuPython:
         key = probe_run_key(self, tree, probes) if remember else None
         if key is None:
             return self._run_probes(tree, probes, timeout=timeout)
-        entry = cache.cache_root() / "probe-runs" / f"{key}.json"
         paths = _named_paths(Path(tree).resolve(), probes)
-        with cache.entry_lock(entry, on_wait=lambda message: None):
-            try:
-                stored = json.loads(_with_paths(entry.read_text(), paths))
-                return ProbeRun(stored["answers"], {**stored["runner"], "remembered": key}, None, 0.0)
-            except FileNotFoundError:
-                pass
-            except (OSError, ValueError, KeyError, TypeError):
-                entry.unlink(missing_ok=True)
+        fresh: list[ProbeRun] = []
+
+        def run_and_hide_paths() -> dict:
             run = self._run_probes(tree, probes, timeout=timeout)
-            if run.error is None and all(run.failure(probe.name) is None for probe in probes):
-                cache.write_atomically(entry, _without_paths(json.dumps({"answers": run.answers, "runner": run.runner}),
-                                                             paths))
-        return run
+            fresh.append(run)
+            hidden = json.loads(_without_paths(json.dumps({"answers": run.answers, "runner": run.runner}), paths))
+            return {**hidden, "settled": run.error is None and all(run.failure(p.name) is None for p in probes)}
+
+        stored = PROBE_RUNS.remember(key, run_and_hide_paths, keep=lambda value: value["settled"])
+        if fresh:
+            return fresh[0]
+        try:
+            shown = json.loads(_with_paths(json.dumps({"answers": stored["answers"], "runner": stored["runner"]}), paths))
+            return ProbeRun(shown["answers"], {**shown["runner"], "remembered": key}, None, 0.0)
+        except (KeyError, TypeError, ValueError):
+            PROBE_RUNS.path(key).unlink(missing_ok=True)
+            return self._run_probes(tree, probes, timeout=timeout)
 
     def _run_probes(self, tree: Path, probes: list[ProbeRequest], *, timeout: float | None = None) -> ProbeRun:
         if not probes:
@@ -258,7 +270,8 @@ class CpuPython:
 
 
 IMPORT_ALLOWANCE_S = 300  # preparing the box and importing sglang, on a loaded machine
-PROBE_RUN_LAYOUT = "1"  # bump when what ``probe_run_key`` digests changes
+PROBE_RUNS = cache.Memo("probe-runs")  # by ``probe_run_key``
+PROBE_RUN_LAYOUT = "2"  # bump when what ``probe_run_key`` digests changes
 
 
 def probe_run_key(python: CpuPython, tree: Path, probes: list[ProbeRequest]) -> str | None:
@@ -345,8 +358,17 @@ def _with_paths(text: str, paths: list[str]) -> str:
     return text
 
 
+# sglpatch's own knob for the probes (``rocm_box.RECORD_ENV``: record what sglang takes from the
+# stand-ins, for maintaining them); it never reaches an answer that is kept.
+PASSED_TO_PROBES = ("SGLPATCH_STANDIN_RECORD",)
+
+
 def _child_env(tree: Path | None) -> dict[str, str]:
-    child_env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "VIRTUAL_ENV"))}
+    """The probe child's whole environment: declared, never the caller's shell. sglang reads
+    ``SGLANG_*``, torch ``TORCH_*`` / ``PYTORCH_*``, the HIP runtime ``HIP_*`` / ``HSA_*`` while it
+    resolves, so a caller's would change the answer; the import environment a probe runs under
+    is the launch profile's alone, set by ``rocm_box`` from its request."""
+    child_env = processes.declared_env(PASSED_TO_PROBES)
     child_env.update(
         PYTHONPATH=os.pathsep.join([*([str(tree / "python")] if tree is not None else []), str(PROBES)]),
         PYTHONDONTWRITEBYTECODE="1",  # the tree is a checkout; leave no __pycache__ in it
@@ -401,18 +423,59 @@ def _pin_overlay_specs(version: str, sha256: str, pin: Pin) -> tuple[str, ...]:
                         if _canonical(r.name) in OVERLAY_PACKAGES))
 
 
+NOT_BUILT = "not built yet"  # an environment's installed versions before it is built
+
+
 def env_fingerprint(pin: Pin) -> str:
     """What the pin's CPU environment is made of: the base's requirements file and layout, the
-    Python it runs, and the pin's own requirements for the overlay packages. Computed without
-    building anything (the pin's metadata comes from its cached artifact)."""
+    Python it runs, the pin's own requirements for the overlay packages, and the versions pip
+    installed in the base and the pin's overlay (their ``sglpatch-complete.json``): the same
+    specifiers can resolve to other versions on another day or index. Computed without building
+    anything; before the environment is built its installed versions are ``NOT_BUILT``, a key
+    no answer is kept under (the answer is kept under the key computed once it ran)."""
     base = cache.cache_root() / "pyenv" / f"base-{_base_digest()}"
     parts = {
         "requirements": hashlib.sha256(REQUIREMENTS.read_bytes()).hexdigest(),
         "layout": BASE_LAYOUT,
         "python": _env_python_version(base),
         "overlay": list(_pin_overlay_specs(pin.version, pin.sha256, pin)),
+        "installed": _installed_record(pin, base),
     }
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()
+
+
+def env_built(pin: Pin) -> bool:
+    """Whether the pin's CPU environment (base and overlay) is built, so its fingerprint names
+    the versions installed in it."""
+    return _installed_record(pin, cache.cache_root() / "pyenv" / f"base-{_base_digest()}") != NOT_BUILT
+
+
+def _installed_record(pin: Pin, base: Path) -> str:
+    """The base's and the pin's overlay's installed versions, as their builds recorded them."""
+    try:
+        base_record = (base / "sglpatch-complete.json").read_text()
+        installed = json.loads(base_record)["packages"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return NOT_BUILT
+    wanted = _overlay_wanted(pin, installed)
+    if not wanted:
+        return base_record
+    try:
+        return base_record + (_overlay_path(base, wanted) / "sglpatch-complete.json").read_text()
+    except OSError:
+        return NOT_BUILT
+
+
+def _overlay_wanted(pin: Pin, base_versions: dict[str, str]) -> dict[str, str]:
+    """``overlay_requirements`` from the pin's remembered overlay specifiers."""
+    wanted = {}
+    for spec in _pin_overlay_specs(pin.version, pin.sha256, pin):
+        requirement = Requirement(spec)
+        name = _canonical(requirement.name)
+        have = base_versions.get(name)
+        if str(requirement.specifier) and (have is None or not requirement.specifier.contains(Version(have), prereleases=True)):
+            wanted[name] = str(requirement.specifier)
+    return dict(sorted(wanted.items()))
 
 
 def env_group(pin: Pin) -> str:
@@ -667,9 +730,13 @@ def _base_env() -> Path:
     return _cached_env(path, build)
 
 
-def _overlay_env(base: Path, wanted: dict[str, str]) -> Path:
+def _overlay_path(base: Path, wanted: dict[str, str]) -> Path:
     key = json.dumps({"base": base.name, "wanted": wanted}, sort_keys=True)
-    path = cache.cache_root() / "pyenv" / f"overlay-{hashlib.sha256(key.encode()).hexdigest()[:16]}"
+    return cache.cache_root() / "pyenv" / f"overlay-{hashlib.sha256(key.encode()).hexdigest()[:16]}"
+
+
+def _overlay_env(base: Path, wanted: dict[str, str]) -> Path:
+    path = _overlay_path(base, wanted)
 
     def build(staging: Path) -> None:
         _make_venv(staging)
@@ -730,7 +797,8 @@ def _pip(env: Path, args: list[str], what: str) -> None:
     command += ["--no-compile", "--disable-pip-version-check", "--progress-bar", "off"]
     with progress.step(f"CPU Python for the witnesses: {what}") as shown:
         try:
-            done = processes.run_tool_lines(command, f"pip ({what})", PIP_TIMEOUT_S, _pip_progress(shown))
+            done = processes.run_tool_lines(command, f"pip ({what})", PIP_TIMEOUT_S, _pip_progress(shown),
+                                            env=processes.pip_env())
         except SglpatchError as exc:
             raise EnvUnavailable(f"CPU witness environment ({what}): {exc}") from None
         if done.returncode != 0:

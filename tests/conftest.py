@@ -335,6 +335,7 @@ class FakeProject:
 def cache_dir(tmp_path, monkeypatch) -> Path:
     path = tmp_path / "cache"
     monkeypatch.setenv("SGLPATCH_CACHE_DIR", str(path))
+    monkeypatch.delenv(cache.ANSWERS_ENV, raising=False)
     monkeypatch.delenv("SGLPATCH_INDEX_URL", raising=False)
     monkeypatch.delenv("SGLPATCH_OUT_DIR", raising=False)
     return path

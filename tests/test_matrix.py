@@ -233,3 +233,41 @@ def test_load_cell_resolves_the_synthetic_glm_checkpoint_on_the_patched_pin_and_
     part, _ = matrix.synthetic_checkpoint_part(put, put.pristine_commit)
     assert part.outcome == FAILED, part
     assert "shape-mismatch" in part.detail
+
+
+# -- what is no verdict on the tree: a hung child, a missing module ------------------------------
+
+
+def test_a_probe_child_that_hung_or_ran_past_its_limit_is_transient_and_a_reported_failure_is_not():
+    from sglpatch import pyenv
+
+    hung = pyenv.ProbeRun({}, {}, "the CPU probe runner for 0.5.23 hung in 'mtp: build' and was killed after 540 s", 540.0)
+    assert hung.transient("mtp") and hung.failure("mtp")
+    past_limit = pyenv.ProbeRun({"mtp": {"ok": False, "timed_out": True, "error": "ran past its 240 s limit"}}, {"ok": True}, None, 1.0)
+    assert past_limit.transient("mtp")
+    reported = pyenv.ProbeRun({}, {"ok": False, "phase": "import sglang", "error": "ImportError: no module x"},
+                              "the CPU probe runner failed in 'import sglang': ImportError: no module x", 1.0)
+    assert not reported.transient("mtp")
+    raised = pyenv.ProbeRun({"mtp": {"ok": False, "phase": "build", "error": "ValueError: shape"}}, {"ok": True}, None, 1.0)
+    assert not raised.transient("mtp")
+
+
+def test_a_cell_part_whose_probe_child_hung_is_skipped_never_failed(monkeypatch):
+    from sglpatch.matrix import cpu_checks
+
+    hung = "the CPU probe runner for 0.5.23 hung in 'glm-checkpoint: write' and was killed after 540 s"
+    monkeypatch.setattr(cpu_checks, "pin_probes", lambda put, commit=None: {
+        "answers": {}, "runner": {}, "failures": {cpu_checks.GLM_CHECKPOINT: hung}, "transient": [cpu_checks.GLM_CHECKPOINT]})
+    part, _ = cpu_checks.synthetic_checkpoint_part(object())
+    assert part.outcome == SKIPPED and hung in part.detail, part
+    assert combine([part])[0] != FAILED  # so the cell is never kept as failed
+
+
+def test_the_checkpoint_part_cannot_pass_when_a_module_it_checks_is_missing_from_the_draft():
+    from sglpatch.matrix import cpu_checks
+
+    modules = {m: {"checkpoint_names": [], "quant_method": "QuarkLinearMethod(QuarkW4A4MXFP4)", "unquantized": False,
+                   "load": "ok"} for m in ("shared_experts.gate_up_proj", "self_attn.o_proj")}
+    answer = {"cases": {"checkpoint": {"draft_prefix": "model", "modules": modules, "missing": ["eh_proj"]}}}
+    part = cpu_checks.judge_checkpoint("checkpoint", answer, {"excluded": [], "shape": {}, "mtp_layer": 78})
+    assert part.outcome == SKIPPED and "eh_proj" in part.detail, part

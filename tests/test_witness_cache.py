@@ -74,7 +74,7 @@ def test_an_answer_from_a_weaker_level_than_now_available_is_not_reused(cache_di
     assert witness.runs == 2
     witnesses.run_cached(witness, "t", PIN, _tree(tmp_path))
     assert witness.runs == 2  # the stronger answer is kept
-    entry = next((cache_dir / "witness" / "levelled").glob("*.json"))
+    entry = next((cache_dir / "answers" / "witness" / "levelled").glob("*.json"))
     assert json.loads(entry.read_text())["level"] == "hip-compile gfx942"
 
 
@@ -100,13 +100,14 @@ def test_a_witness_without_a_fingerprint_is_keyed_by_the_file_of_its_class(cache
 
 def test_writes_are_atomic_under_unique_names(cache_dir, tmp_path):
     witness = Counting()
+    key = witnesses._key(witness, "t", "a")
     entry = witnesses._entry(witness, "t", PIN, "a")
     errors = []
 
     def write(n):
         try:
             for i in range(30):
-                witnesses._store(entry, WitnessResult("counting", BUG, "text", f"{n}-{i}"), "a")
+                witnesses._store(key, WitnessResult("counting", BUG, "text", f"{n}-{i}"), "a")
                 json.loads(entry.read_text())  # never half-written
         except Exception as exc:  # noqa: BLE001
             errors.append(exc)
@@ -123,7 +124,7 @@ def test_writes_are_atomic_under_unique_names(cache_dir, tmp_path):
 def test_a_damaged_entry_is_run_again(cache_dir, tmp_path):
     witness = Counting()
     witnesses.run_cached(witness, "t", PIN, _tree(tmp_path))
-    entry = next((cache_dir / "witness" / "counting").glob("*.json"))
+    entry = next((cache_dir / "answers" / "witness" / "counting").glob("*.json"))
     entry.write_text("{not json")
     witnesses.run_cached(witness, "t", PIN, _tree(tmp_path))
     assert witness.runs == 2
@@ -163,6 +164,60 @@ def test_changing_the_cpu_environment_changes_the_fingerprint(witness, offline_e
     assert changed_base != before
     offline_env["specs"] = ("transformers==5.20.0",)  # the pin's overlay
     assert witnesses.fingerprint(witness, PIN) not in (before, changed_base)
+
+
+def _built_environment(versions: dict[str, str]) -> None:
+    """The pin's CPU environment as its build records it (the base alone: the offline overlay
+    specs are satisfied by its transformers), without building anything."""
+    base = pyenv.cache.cache_root() / "pyenv" / f"base-{pyenv._base_digest()}"
+    base.mkdir(parents=True, exist_ok=True)
+    (base / "sglpatch-complete.json").write_text(json.dumps({"packages": versions}, sort_keys=True))
+
+
+@pytest.mark.parametrize("witness", [mtp_exclude.MtpQuarkExcludeWitness(), rocm_flags.RocmFlagsWitness()],
+                         ids=lambda w: w.name)
+def test_the_versions_pip_installed_change_the_cpu_witness_fingerprint(witness, offline_env, cache_dir):
+    _built_environment({"torch": "2.13.0+cpu", "transformers": "5.19.0", "numpy": "2.3.0"})
+    before = witnesses.fingerprint(witness, PIN)
+    _built_environment({"torch": "2.13.0+cpu", "transformers": "5.19.0", "numpy": "2.3.1"})  # the same specifiers
+    assert witnesses.fingerprint(witness, PIN) != before
+
+
+def test_an_answer_run_before_the_environment_was_built_is_kept_under_the_built_environments_key(
+        offline_env, cache_dir, tmp_path):
+    class Building(mtp_exclude.MtpQuarkExcludeWitness):
+        probe_request = None
+        runs = 0
+
+        def run(self, tree, pin):
+            Building.runs += 1
+            _built_environment({"torch": "2.13.0+cpu", "transformers": "5.19.0"})  # as cpu_python(pin) would
+            return WitnessResult(self.name, BUG, "build+load gfx950", "stub answer for the cache test")
+
+    witness = Building()
+    assert not pyenv.env_built(PIN)
+    unbuilt = witnesses.fingerprint(witness, PIN)
+    witnesses.run_cached(witness, "t", PIN, _tree(tmp_path))
+    assert pyenv.env_built(PIN) and witnesses.fingerprint(witness, PIN) != unbuilt
+    assert not witnesses._entry(witness, "t", PIN, unbuilt).exists()
+    witnesses.run_cached(witness, "t", PIN, _tree(tmp_path))
+    assert Building.runs == 1
+
+
+@pytest.mark.parametrize("make", [mtp_exclude.MtpQuarkExcludeWitness, rocm_flags.RocmFlagsWitness],
+                         ids=lambda m: m.name)
+def test_editing_the_launch_profile_changes_the_cpu_witness_fingerprint(make, offline_env, tmp_path, monkeypatch,
+                                                                         cache_dir):
+    from sglpatch import profile
+
+    before = witnesses.fingerprint(make(), PIN)
+    profiles = tmp_path / "profiles"
+    shutil.copytree(profile.PROFILES_DIR, profiles)
+    monkeypatch.setattr(profile, "PROFILES_DIR", profiles)
+    assert witnesses.fingerprint(make(), PIN) == before  # the same content elsewhere
+    edited = profiles / f"{rocm_flags.PROFILE}.toml"
+    edited.write_text(edited.read_text().replace("[env]", "[env]\nSGLANG_EXTRA_KNOB = \"1\"", 1))  # name and version unchanged
+    assert witnesses.fingerprint(make(), PIN) != before
 
 
 def test_a_changed_probe_runs_the_witness_again_through_the_cache(offline_env, tmp_path, monkeypatch, cache_dir):

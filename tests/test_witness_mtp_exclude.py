@@ -198,3 +198,18 @@ def test_a_probe_that_gave_no_answer_is_unavailable_with_its_reason():
     witness = mtp_exclude.MtpQuarkExcludeWitness()
     result = witness.judge_probe(None, "the CPU probe runner for tree hung in 'mtp: fused: build the draft'", None)
     assert result.state == UNAVAILABLE and "hung in 'mtp: fused: build the draft'" in result.detail
+
+
+@pytest.mark.parametrize("leaning", [{"standins_called_in_load": ["aiter.ops.shuffle.shuffle_weight"]},
+                                     {"standin_parts": ["quant_method"]}], ids=["called-while-loading", "built-in"])
+def test_an_answer_whose_judged_module_rests_on_a_stand_in_is_unavailable_never_clean(leaning):
+    modules = {**OK, "eh_proj": {**OK["eh_proj"], **leaning}}
+    result = mtp_exclude.judge(_answer(modules))
+    assert result.state == UNAVAILABLE and "eh_proj" in result.detail and "stand-in" in result.detail, result
+
+
+def test_a_stand_in_called_only_while_the_rest_of_the_draft_was_built_judges_nothing():
+    answer = _answer(OK)
+    for case in answer["cases"].values():
+        case["standins_called"] = ["aiter.rotary_embedding.get_rope"]  # the attention's rope
+    assert mtp_exclude.judge(answer).state == CLEAN

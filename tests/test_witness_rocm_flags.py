@@ -172,3 +172,13 @@ def test_a_scenario_the_probe_did_not_answer_is_unavailable_not_clean():
     resolved = _fixed()
     del resolved["tp6"]
     assert rocm_flags.judge({"scenarios": resolved}).state == UNAVAILABLE
+
+
+@pytest.mark.parametrize("error", ["ValueError: tp_size 6 does not divide 64 heads", "SystemExit: 2",
+                                   "AttributeError: 'NoneType' object has no attribute 'get_device_capability'"])
+def test_an_exception_while_resolving_is_unavailable_with_the_exception_never_bug(error):
+    resolved = _fixed()
+    resolved["tp6"] = {**_scenario(kv=None), "error": error}
+    result = rocm_flags.judge({"scenarios": resolved, "seconds": 1.0})
+    assert result.state == UNAVAILABLE, result
+    assert f"tp6: {error}" in result.detail

@@ -10,7 +10,8 @@ import pytest
 from packaging.version import Version
 
 from conftest import REAL_PINS as PINS
-from conftest import REQUIRE_WITNESSES, apply_rendition, pristine_subtree, witnessed
+from conftest import REQUIRE_WITNESSES, apply_rendition, pristine_subtree, shipped_trees, witnessed
+from sglpatch import cache
 from sglpatch.witnesses import BUG, CLEAN
 from sglpatch.witnesses import rocm_guard
 
@@ -61,13 +62,31 @@ def test_rocm_guard_passes_once_the_patch_is_applied(version, tmp_path):
     _assert_both_mi300_and_mi355_targets(result)
 
 
+def test_one_real_pins_answer_is_computed_in_this_run_not_taken_from_the_answer_cache(tmp_path, monkeypatch):
+    """The tests above share the persistent answer cache with apply (what one computed the next
+    reads), so a run could pass on answers an older witness gave. Here one tree of one pin is
+    asked with answers of its own: the witness and its compiles really run, every time; the
+    downloads, the pristine trees and the toolchain are still shared."""
+    version = "0.5.14"
+    shipped_trees(version)  # the pin's trees, built with the shared caches before they are left out
+    answers = tmp_path / "answers"
+    monkeypatch.setenv(cache.ANSWERS_ENV, str(answers))
+    result = witnessed(rocm_guard.RocmGuardWitness(), version, False, tmp_path / "tree")
+    # witnesses.run_cached checks the tree out only for a witness that must run.
+    assert (tmp_path / "tree").is_dir(), "the answer was taken from a cache"
+    assert list((answers / "witness" / "rocm-guard").glob("*.json")), "the fresh answer was not kept where it was computed"
+    assert result.state == BUG and "fused_metadata_copy.cuh" in result.detail, result
+    assert result.level.startswith(_level_expected())
+    _assert_both_mi300_and_mi355_targets(result)
+
+
 @pytest.mark.parametrize("guarded", [False, True], ids=["pristine", "patched"])
 def test_include_graph_level_tells_the_same_without_the_toolchain(guarded, tmp_path, monkeypatch):
     monkeypatch.setenv("SGLPATCH_HIP_TOOLCHAIN", str(tmp_path / "no-toolchain-here"))
     pin = PINS.select(["0.5.14"])[0]
     tree = _pristine_kernels(pin, tmp_path / "tree")
     result = rocm_guard.RocmGuardWitness().run(_guarded(tree, pin) if guarded else tree, pin)
-    assert result.level == "include-graph"
+    assert result.level == "include-graph gfx942,gfx950"
     assert result.state == (CLEAN if guarded else BUG), result
 
 

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from conftest import skip_unless_required
+from sglpatch import cache
 from sglpatch.errors import Unavailable
 from sglpatch.witnesses import BUG, CLEAN, UNAVAILABLE
 from sglpatch.witnesses import rocm_guard
@@ -86,7 +87,7 @@ def toolchain(tmp_path, monkeypatch) -> rocm_guard.HipToolchain:
         skip_unless_required("the HIP toolchain is not installed (bash ci/install-hip-toolchain.sh)")
     # Each test compiles for itself: an answer remembered by another test would hide what this
     # one is about (a hang, a crash).
-    monkeypatch.setattr(rocm_guard, "compile_cache", lambda: tmp_path / "compile-cache")
+    monkeypatch.setenv(cache.ANSWERS_ENV, str(tmp_path / "answers"))
     return found
 
 
@@ -219,7 +220,16 @@ def graph(layout, tvm_include):
 
 def test_graph_is_clean_when_the_guard_is_there(tvm_include, tmp_path):
     result = graph(kernel_tree(tmp_path), tvm_include)
-    assert (result.state, result.level) == (CLEAN, "include-graph"), result
+    assert (result.state, result.level) == (CLEAN, "include-graph gfx942,gfx950"), result
+
+
+def test_graph_walks_each_architecture_with_its_own_fp8_macro(tvm_include, tmp_path):
+    # A header only the gfx950 (OCP e4m3) build reaches: gfx942's macros alone would call it clean.
+    only_mi355 = GUARDED + "#if defined(HIP_FP8_TYPE_E4M3)\n#include <cuda_runtime.h>\n#endif\n"
+    result = graph(kernel_tree(tmp_path, only_mi355), tvm_include)
+    assert result.state == BUG, result
+    assert result.detail.startswith("gfx950: ROCm build reaches cuda_runtime.h"), result
+    assert "gfx942" not in result.detail
 
 
 def test_graph_names_the_cuda_header_reached_from_the_kernel(tvm_include, tmp_path):
@@ -251,7 +261,7 @@ def test_graph_that_hangs_is_unavailable_naming_the_preprocessor(tvm_include, tm
     monkeypatch.setattr(rocm_guard, "PREPROCESS_TIMEOUT_S", 0.001)
     result = graph(kernel_tree(tmp_path), tvm_include)
     assert result.state == UNAVAILABLE, result
-    assert "(include-graph) did not finish within 0.001 s" in result.detail
+    assert "(include-graph gfx942) did not finish within 0.001 s" in result.detail
 
 
 def test_no_compiler_at_all_is_unavailable(tvm_include, tmp_path, monkeypatch):
@@ -340,3 +350,55 @@ def test_half_installed_or_moved_toolchain_is_not_found(tmp_path, monkeypatch):
     monkeypatch.setenv(rocm_guard.TOOLCHAIN_ENV, str(moved))
     assert rocm_guard.HipToolchain.find() is None
 
+
+
+# -- the box's own ROCm -------------------------------------------------------------------------
+
+
+def standin_rocm(root: Path, toolchain: rocm_guard.HipToolchain, gpus: str) -> Path:
+    """A ROCm installation's layout (``$ROCM_PATH``) standing in for a real one, which cannot
+    exist here: ``rocm_agent_enumerator`` lists ``gpus`` (and the CPU agent, gfx000), and
+    ``llvm/bin/clang++`` records each call and runs the pinned Debian clang with its sysroot; the
+    HIP headers and device libraries are the pinned toolchain's."""
+    (root / "bin").mkdir(parents=True)
+    (root / "llvm" / "bin").mkdir(parents=True)
+    (root / ".info").mkdir()
+    (root / ".info" / "version").write_text("7.2.0-standin\n")
+    enumerator = root / "bin" / "rocm_agent_enumerator"
+    enumerator.write_text("#!/bin/sh\necho gfx000\n" + "".join(f"echo {gpu}\n" for gpu in gpus.split()))
+    clangxx = root / "llvm" / "bin" / "clang++"
+    sysroot = f" --sysroot={toolchain.sysroot}" if toolchain.sysroot else ""
+    clangxx.write_text(f'#!/bin/sh\necho "$@" >> {root / "calls.log"}\nexec {toolchain.clangxx}{sysroot} "$@"\n')
+    for tool in (enumerator, clangxx):
+        tool.chmod(0o755)
+    for part in ("include", "amdgcn"):
+        (root / part).symlink_to(toolchain.rocm_path / part)
+    return root
+
+
+def test_on_a_box_with_rocm_its_own_clang_compiles_for_the_boxs_gpus_and_is_recorded_as_such(
+        toolchain, tvm_include, tmp_path, monkeypatch):
+    monkeypatch.setattr(rocm_guard, "required_tvm_ffi", lambda pin: "0.1.11")
+    monkeypatch.setattr(rocm_guard, "tvm_ffi_headers", lambda version: tvm_include)
+    monkeypatch.setenv(rocm_guard.ROCM_ENV, str(tmp_path / "absent-rocm"))
+    rocm_guard._box_arches.cache_clear()
+    kernel_tree(tmp_path / "tree")
+    witness = rocm_guard.RocmGuardWitness()
+    without = witness.fingerprint(None)
+    rocm = standin_rocm(tmp_path / "rocm", toolchain, "gfx950 gfx950")  # an 8x MI355X box lists each GPU
+    monkeypatch.setenv(rocm_guard.ROCM_ENV, str(rocm))
+    result = witness.run(tmp_path / "tree", None)
+    assert (result.state, result.level) == (CLEAN, "rocm-compile gfx950"), result
+    assert "--offload-arch=gfx950" in (rocm / "calls.log").read_text()
+    assert "--offload-arch=gfx942" not in (rocm / "calls.log").read_text()  # not a GPU of this box
+    assert witness.fingerprint(None) != without
+    unguarded = tmp_path / "unguarded"
+    kernel_tree(unguarded, UNGUARDED)
+    result = witness.run(unguarded, None)
+    assert (result.state, result.level) == (BUG, "rocm-compile gfx950"), result
+
+
+def test_a_rocm_that_sees_no_gpu_is_not_the_boxs_compiler(toolchain, tmp_path, monkeypatch):
+    monkeypatch.setenv(rocm_guard.ROCM_ENV, str(standin_rocm(tmp_path / "rocm", toolchain, "")))
+    rocm_guard._box_arches.cache_clear()
+    assert rocm_guard.RocmInstallation.find() is None

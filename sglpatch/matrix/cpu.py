@@ -15,11 +15,13 @@ from pathlib import Path
 
 from sglpatch import cache, progress, pyenv
 from sglpatch.errors import SglpatchError
-from sglpatch.matrix.cells import DEPTHS, Cell, matrix_dir, validate_cell
+from sglpatch.matrix.cells import DEPTHS, PROFILE, Cell, matrix_dir, validate_cell
 from sglpatch.matrix.cpu_checks import build_cell, load_cell, spec_cells
 from sglpatch.matrix.pin import PinUnderTest, prepare_pin, remove_checkouts
-from sglpatch.matrix.records import FAILED, PASSED, SKIPPED, CellRecord, Part, cell_id, combine, write_atomically, write_record
+from sglpatch.matrix.records import FAILED, PASSED, SKIPPED, CellRecord, Part, cell_id, combine, write_record
+from sglpatch.profile import load_profile
 from sglpatch.project import Project
+from sglpatch.witnesses.rocm_guard import RocmGuardWitness
 
 # Bump when what a CPU cell checks changes in a way the hashed sources below do not show.
 CPU_TIER_VERSION = "1"
@@ -42,11 +44,20 @@ def code_digest() -> str:
     return digest.hexdigest()[:16]
 
 
-def _cache_entry(put: PinUnderTest, cell: Cell) -> Path:
-    key = (f"{cell.check}-{cell.pin}-{cell.depth}-{put.patched_tree}-{put.pristine_tree}-{code_digest()}-"
-           f"{pyenv.env_fingerprint(put.pin)}")
-    name = hashlib.sha256(key.encode()).hexdigest()[:32]
-    return cache.cache_root() / "matrix" / "cpu" / f"{cell.check}-{cell.pin}-{cell.depth or 0}-{name}.json"
+CELLS = cache.Memo("matrix-cpu")
+
+
+def _cell_key(put: PinUnderTest, cell: Cell) -> str | None:
+    """A digest of what a cell's answer read: the patched and pristine trees, the checking code,
+    the launch profile's content, the CPU environment with its installed versions, and what the
+    compile witness runs with (the toolchain's stamp and level, the tvm-ffi headers). None before
+    the pin's CPU environment is built: nothing can be looked up or kept for it yet."""
+    if not pyenv.env_built(put.pin):
+        return None
+    key = "\0".join([cell.check, cell.pin, str(cell.depth), put.patched_tree, put.pristine_tree, code_digest(),
+                     load_profile(PROFILE).content_digest(), pyenv.env_fingerprint(put.pin),
+                     RocmGuardWitness().fingerprint(put.pin)])
+    return f"{cell.check}-{cell.pin}-{cell.depth or 0}-{hashlib.sha256(key.encode()).hexdigest()[:32]}"
 
 
 def run_cpu_cell(project: Project, cell: Cell, *, use_cache: bool = True) -> CellRecord:
@@ -70,33 +81,32 @@ def _run_cell(project: Project, cell: Cell, use_cache: bool) -> CellRecord:
         record = CellRecord(cell.tier, cell.check, cell.pin, cell.depth, series.version, series.digest(),
                             FAILED, reason=str(exc), parts=[Part("apply the series", FAILED, str(exc))])
         return _finish(record, out, log_path, started, [str(exc)])
-    entry = _cache_entry(put, cell)
-    if use_cache and entry.is_file():
+    key = _cell_key(put, cell)
+    kept = CELLS.get(key) if use_cache and key is not None else None
+    if kept is not None:
         try:
-            record = CellRecord.from_dict(json.loads(entry.read_text()))
+            record = CellRecord.from_dict(kept)
             record.cached = True
             return _finish(record, out, log_path, started, None)
-        except (ValueError, TypeError):
-            entry.unlink(missing_ok=True)
+        except (ValueError, TypeError, KeyError):
+            CELLS.path(key).unlink(missing_ok=True)
     try:
-        record, log = _run_fresh(put, cell, entry)
+        record, log = _run_fresh(put, cell)
     finally:
         remove_checkouts()
     return _finish(record, out, log_path, started, log)
 
 
-def _run_fresh(put: PinUnderTest, cell: Cell, entry: Path) -> tuple[CellRecord, list[str]]:
+def _run_fresh(put: PinUnderTest, cell: Cell) -> tuple[CellRecord, list[str]]:
     if cell.check == "spec":
         records = {depth: _new_record(Cell(cell.tier, "spec", cell.pin, depth), put) for depth in DEPTHS}
         logs = spec_cells(put, records)
         for depth, record in records.items():
-            if depth != cell.depth:
-                _remember(_cache_entry(put, Cell(cell.tier, "spec", cell.pin, depth)), record)
-        record, log = records[cell.depth], logs[cell.depth]
-    else:
-        record = _new_record(cell, put)
-        log = (build_cell if cell.check == "build" else load_cell)(put, record)
-    _remember(entry, record)
+            _remember(put, Cell(cell.tier, "spec", cell.pin, depth), record)
+        return records[cell.depth], logs[cell.depth]
+    record = _new_record(cell, put)
+    log = (build_cell if cell.check == "build" else load_cell)(put, record)
+    _remember(put, cell, record)
     return record, log
 
 
@@ -108,12 +118,13 @@ def _new_record(cell: Cell, put: PinUnderTest) -> CellRecord:
     )
 
 
-def _remember(entry: Path, record: CellRecord) -> None:
-    """Only settled answers are cached: a skipped part may run next time (a toolchain, a witness)."""
+def _remember(put: PinUnderTest, cell: Cell, record: CellRecord) -> None:
+    """Only settled answers are cached: a skipped part may run next time (a toolchain, a witness,
+    a child that hung). The key is taken after the run, when the environment it used is built."""
     record.outcome, record.reason = combine(record.parts)
-    if record.outcome not in (PASSED, FAILED):
-        return
-    write_atomically(entry, record.to_json())
+    key = _cell_key(put, cell)
+    if record.outcome in (PASSED, FAILED) and key is not None:
+        CELLS.put(key, json.loads(record.to_json()))
 
 
 def _finish(record: CellRecord, out: Path, log_path: Path, started: float, log: list[str] | None) -> CellRecord:

@@ -18,7 +18,7 @@ from sglpatch.gitcmd import git_out
 from sglpatch.matrix.cells import DEPTHS, PROFILE, depth_argv, depth_flags
 from sglpatch.matrix.kernels import kernel_parts, kernel_sources, multi_step_kernel_threshold, witness_part
 from sglpatch.matrix.pin import PinUnderTest, checkout
-from sglpatch.matrix.records import FAILED, PASSED, SKIPPED, CellRecord, Part, write_atomically
+from sglpatch.matrix.records import FAILED, PASSED, SKIPPED, CellRecord, Part
 from sglpatch.pins import Pin
 from sglpatch.profile import Profile, load_profile
 from sglpatch.witnesses import CLEAN, mtp_exclude, rocm_flags
@@ -47,13 +47,11 @@ def pin_probes(put: PinUnderTest, commit: str | None = None) -> dict:
     tree repository to probe instead of the patched one (the pristine, to see the bug)."""
     commit = commit or put.patched_commit
     tree_hash = put.patched_tree if commit == put.patched_commit else git_out(["rev-parse", f"{commit}^{{tree}}"], put.tree_path)
-    entry = _probes_entry(put, tree_hash)
-    with cache.entry_lock(entry):
-        if entry.is_file():
-            try:
-                return json.loads(entry.read_text())
-            except ValueError:
-                entry.unlink(missing_ok=True)
+    key = _probes_key(put, tree_hash)
+    with PIN_PROBES.lock(key):
+        found = PIN_PROBES.get(key) if pyenv.env_built(put.pin) else None
+        if found is not None:
+            return found
         python = cpu_python(put.pin)  # Unavailable when the CPU Python cannot be had here
         profile = load_profile(PROFILE)
         with tempfile.TemporaryDirectory(prefix="sglpatch-matrix-probes-") as work:
@@ -69,29 +67,38 @@ def pin_probes(put: PinUnderTest, commit: str | None = None) -> dict:
             names = {mtp_exclude.PROBE: MTP_CHECKPOINT, rocm_flags.PROBE: FLAGS_SPEC}
             requests = [dataclasses.replace(r, name=names.get(r.name, r.name)) for r in requests]
             run = python.run_probes(checkout(put, commit), requests)
-        found = {"answers": run.answers, "runner": run.runner,
-                 "failures": {r.name: run.failure(r.name) for r in requests if run.failure(r.name)}}
+        found = json.loads(json.dumps({
+            "answers": run.answers, "runner": run.runner,
+            "failures": {r.name: run.failure(r.name) for r in requests if run.failure(r.name)},
+            "transient": [r.name for r in requests if run.failure(r.name) and run.transient(r.name)],
+        }, default=str))
         if not found["failures"]:
-            write_atomically(entry, json.dumps(found, default=str))
+            PIN_PROBES.put(_probes_key(put, tree_hash), found)  # the environment is built now
     return found
 
 
-def _probes_entry(put: PinUnderTest, tree_hash: str) -> Path:
+PIN_PROBES = cache.Memo("matrix-cpu-probes")
+
+
+def _probes_key(put: PinUnderTest, tree_hash: str) -> str:
     from sglpatch.matrix.cpu import code_digest
 
-    key = hashlib.sha256(f"{put.pin.version}\0{tree_hash}\0{code_digest()}\0{pyenv.env_fingerprint(put.pin)}".encode())
-    return cache.cache_root() / "matrix" / "cpu-probes" / f"{put.pin.version}-{key.hexdigest()[:24]}.json"
+    key = hashlib.sha256(f"{put.pin.version}\0{tree_hash}\0{code_digest()}\0{pyenv.env_fingerprint(put.pin)}\0"
+                         f"{load_profile(PROFILE).content_digest()}".encode())
+    return f"{put.pin.version}-{key.hexdigest()[:24]}"
 
 
 def _answer(put: PinUnderTest, name: str, commit: str | None = None) -> tuple[dict | None, str]:
-    """One probe's answer from the pin's run, or (None, why there is none)."""
+    """One probe's answer from the pin's run, or (None, why there is none); a reason that is no
+    verdict on the tree (no CPU Python, a hung or killed child, a probe past its limit) starts
+    with "unavailable: " and becomes a skipped part, never a failed one."""
     try:
         found = pin_probes(put, commit)
     except Unavailable as exc:
         return None, f"unavailable: {exc}"
     failure = found["failures"].get(name)
     if failure:
-        return None, failure
+        return None, f"unavailable: {failure}" if name in found.get("transient", []) else failure
     return found["answers"].get(name), ""
 
 
@@ -177,6 +184,15 @@ def judge_checkpoint(name: str, answer: dict, written: dict) -> Part:
         return Part(name, FAILED, "the probe answered nothing for the checkpoint")
     if case.get("error"):
         return Part(name, FAILED, f"the draft could not be built: {case['error']}")
+    # The modules this part exists to check: without one of them it proves nothing.
+    gone = [m for m in mtp_exclude.CHECKED_MODULES if m not in (case.get("modules") or {})]
+    gone += list(case.get("missing") or [])
+    if gone:
+        return Part(name, SKIPPED, f"unavailable: the probe found no such module in the built draft: "
+                                   f"{', '.join(dict.fromkeys(gone))}")
+    leaned = mtp_exclude.standins_leaned_on({"checkpoint": case})
+    if leaned:
+        return Part(name, SKIPPED, f"unavailable: the judged modules rest on a stand-in: {leaned}"[:600])
     excluded = set(written["excluded"])
     problems, seen = [], []
     for module, got in case.get("modules", {}).items():

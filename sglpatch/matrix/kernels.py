@@ -36,15 +36,23 @@ def kernel_parts(put: PinUnderTest, kernels: list[str], *, pristine_too: bool) -
         if patched is None:
             parts.append(Part(f"HIP build of {name}", FAILED, f"no compile witness knows {kernel}"))
             continue
-        parts.append(witness_part(f"HIP build of {name} (patched)", patched, expect=CLEAN))
+        parts.append(witness_part(f"{what_ran(patched)} of {name} (patched)", patched, expect=CLEAN))
         if pristine_too:
             pristine = compile_witness(put.pristine_tree, put.pristine_commit, put, kernel)
             needed = [patch for patch, applied in put.kernel_patches.get(kernel, []) if applied]
-            part = witness_part(f"HIP build of {name} (pristine)", pristine, expect=BUG if needed else CLEAN)
+            part = witness_part(f"{what_ran(pristine)} of {name} (pristine)", pristine, expect=BUG if needed else CLEAN)
             why = f"{', '.join(needed)} was needed here" if needed else "no patch for it was needed here"
             part.detail = f"{part.detail} ({why})"
             parts.append(part)
     return parts
+
+
+def what_ran(result) -> str:
+    """A compile part's name says what ran: without the HIP toolchain nothing was built, only the
+    include graph was walked under the ROCm macros."""
+    if result.level.startswith("include-graph"):
+        return "include graph under -DUSE_ROCM (no HIP compile here)"
+    return "HIP build"
 
 
 def witness_part(name: str, result, *, expect: str) -> Part:

@@ -32,7 +32,6 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import inspect
-import json
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -137,32 +136,37 @@ def _weaker_than_available(witness: Witness, level: str, pin: Pin) -> bool:
     return cached_rank is None or cached_rank > now_rank
 
 
+ANSWERS = cache.Memo("witness")
+
+
 def _entry(witness: Witness, tree_hash: str, pin: Pin, print_: str) -> Path:
     """Where the answer for this tree under this fingerprint is kept. The pin's version is not
     part of the key: what the pin decides beyond its tree (its CPU environment, its tvm-ffi) is in
     the fingerprint, so a release relabelled, or a rebase's trial of a tree already witnessed,
     reuses the answer the same tree and environment gave."""
+    return ANSWERS.path(_key(witness, tree_hash, print_))
+
+
+def _key(witness: Witness, tree_hash: str, print_: str) -> str:
     key = hashlib.sha256(f"{CACHE_LAYOUT}\0{witness.name}\0{print_}\0{tree_hash}".encode()).hexdigest()
-    return cache.cache_root() / "witness" / witness.name / f"{tree_hash}-{key[:16]}.json"
+    return f"{witness.name}/{tree_hash}-{key[:16]}"
 
 
-def _load(entry: Path, witness: Witness, pin: Pin) -> WitnessResult | None:
+def _load(key: str, witness: Witness, pin: Pin) -> WitnessResult | None:
+    stored = ANSWERS.get(key)
     try:
-        stored = json.loads(entry.read_text())
         result = WitnessResult(**stored["result"])
-    except FileNotFoundError:
-        return None
-    except (OSError, ValueError, TypeError, KeyError):
-        return None  # damaged: run again and overwrite
+    except (TypeError, KeyError):
+        return None  # never kept, or damaged: run again and overwrite
     if result.state == UNAVAILABLE or _weaker_than_available(witness, result.level, pin):
         return None
     return result
 
 
-def _store(entry: Path, result: WitnessResult, print_: str) -> None:
+def _store(key: str, result: WitnessResult, print_: str) -> None:
     if result.state == UNAVAILABLE:
         return  # the next run may be able to check
-    cache.write_atomically(entry, json.dumps({"result": asdict(result), "level": result.level, "fingerprint": print_}, indent=1))
+    ANSWERS.put(key, {"result": asdict(result), "level": result.level, "fingerprint": print_})
 
 
 # -- running ------------------------------------------------------------------------------------
@@ -185,14 +189,14 @@ def run_cached_many(
     asked = []
     for witness in {witness.name: witness for witness in witnesses}.values():  # each asked once
         print_ = fingerprint(witness, pin)
-        asked.append((witness, _entry(witness, tree_hash, pin, print_), print_))
+        asked.append((witness, _key(witness, tree_hash, print_), print_))
     pending = _take_cached(asked, pin, results)
     if pending:
         # One run per answer: a second process asking for the same entries waits for the first
         # (locks taken in one order, so two never wait on each other) and reads what it wrote.
         with contextlib.ExitStack() as held:
-            for _, entry, _ in sorted(pending, key=lambda item: str(item[1])):
-                held.enter_context(cache.entry_lock(entry))
+            for _, key, _ in sorted(pending, key=lambda item: item[1]):
+                held.enter_context(ANSWERS.lock(key))
             still = _take_cached(pending, pin, results)  # what another process answered meanwhile
             if still:
                 tree = materialize()
@@ -203,22 +207,25 @@ def run_cached_many(
                     running = {w.name: pool.submit(_run_one, w, tree, pin) for w in others}
                     fresh = run_probe_witnesses(probing, tree, pin) if probing else {}
                     fresh.update({name: future.result() for name, future in running.items()})
-                for witness, entry, print_ in still:
+                for witness, key, print_ in still:
                     result = fresh[witness.name]
-                    _store(entry, result, print_)
+                    # What the answer read is known once it ran (the CPU environment it was
+                    # built for, the installed versions): kept under that key.
+                    after = fingerprint(witness, pin)
+                    _store(_key(witness, tree_hash, after), result, after)
                     results[witness.name] = result
     return {witness.name: results[witness.name] for witness in witnesses}
 
 
-def _take_cached(asked: list[tuple[Witness, Path, str]], pin: Pin, results: dict[str, WitnessResult]) -> list:
+def _take_cached(asked: list[tuple[Witness, str, str]], pin: Pin, results: dict[str, WitnessResult]) -> list:
     """Put the cached answers among ``asked`` into ``results``; the rest, still to run."""
     missing = []
-    for witness, entry, print_ in asked:
-        cached = _load(entry, witness, pin)
+    for witness, key, print_ in asked:
+        cached = _load(key, witness, pin)
         if cached is not None:
             results[witness.name] = cached
         else:
-            missing.append((witness, entry, print_))
+            missing.append((witness, key, print_))
     return missing
 
 

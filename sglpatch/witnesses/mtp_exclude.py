@@ -20,8 +20,10 @@ The answer is
   tensor does not load exactly (refused, narrowed, not loaded, or other values);
 - ``clean`` when every excluded module is unquantized and loads exactly for every spelling;
 - ``unavailable`` when the CPU environment cannot be had, the probe failed or hung (the phase
-  it was in is named), a module the check needs is not in the built draft, or a control that
-  must stay quantized did not: the probe cannot tell.
+  it was in is named), a module the check needs is not in the built draft, a control that
+  must stay quantized did not, or a judged module's values came through a stand-in (called
+  while its tensors loaded, or built into the module, its quant method or its weight): the
+  probe cannot tell.
 
 Doubles (named in each answer): the GPU (HIP torch and triton reporting an 8x MI355X node), the
 GPU-only packages (``probes/rocm_box.py``: named stand-ins for sgl_kernel, aiter, cuda-python;
@@ -140,7 +142,8 @@ class MtpQuarkExcludeWitness:
         from sglpatch.witnesses import rocm_flags
 
         code = pyenv.code_digest([Path(__file__), Path(rocm_flags.__file__)])
-        return f"{self.version}-{profile.name}-v{profile.version}-{code[:16]}-{pyenv.env_fingerprint(pin)[:16]}"
+        return (f"{self.version}-{profile.name}-{profile.content_digest()[:16]}-{code[:16]}-"
+                f"{pyenv.env_fingerprint(pin)[:16]}")
 
     def probe_request(self, pin: Pin):
         return probe_request(pin)
@@ -183,6 +186,10 @@ def judge(answer: dict, name: str = MtpQuarkExcludeWitness.name) -> WitnessResul
                   if found.get("draft_fusion") not in ("on", "off")]
     if unreadable:
         return WitnessResult(name, UNAVAILABLE, level, "the draft's shared-expert fusion cannot be read: " + "; ".join(unreadable))
+    leaned = standins_leaned_on(cases)
+    if leaned:
+        return WitnessResult(name, UNAVAILABLE, level,
+                             f"the judged modules rest on a stand-in, so their values are not sglang's alone: {leaned}"[:1000])
     failed_loads = [f"{case}: {m} {got['load_detail']}" for case in EXCLUDED_SPELLINGS
                     for m, got in cases[case]["modules"].items()
                     if m in EXCLUDED_MODULES and got["load"] in ("error", "absent")]
@@ -216,6 +223,23 @@ def judge(answer: dict, name: str = MtpQuarkExcludeWitness.name) -> WitnessResul
         f"(built as {prefixes}); {CONTROL_MODULE} stays {cases['fused']['modules'][CONTROL_MODULE]['quant_method']} "
         f"[draft fusion: {fusion}]",
     )
+
+
+def standins_leaned_on(cases: dict) -> str:
+    """Each judged module whose values came through a stand-in ("" when none): called while its
+    tensors loaded, or built into it, its quant method or its weight. A stand-in called while the
+    rest of the draft was built (the attention's rotary embedding) is listed in the answer's
+    doubles and judges nothing."""
+    found = []
+    for case, answer in cases.items():
+        for module, got in (answer.get("modules") or {}).items():
+            if module not in CHECKED_MODULES:
+                continue
+            what = [f"called {c} while loading" for c in got.get("standins_called_in_load") or []]
+            what += [f"its {part} is a stand-in" for part in got.get("standin_parts") or []]
+            if what:
+                found.append(f"{case} {module}: {', '.join(what)}")
+    return "; ".join(found)
 
 
 def case_problems(found: dict, modules: tuple[str, ...] = EXCLUDED_MODULES) -> list[str]:

@@ -143,7 +143,7 @@ class RocmFlagsWitness:
         from sglpatch.witnesses import mtp_exclude
 
         code = pyenv.code_digest([Path(__file__), Path(mtp_exclude.__file__)])
-        return f"{self.version}-{code[:16]}-{pyenv.env_fingerprint(pin)[:16]}"
+        return f"{self.version}-{self.profile.content_digest()[:16]}-{code[:16]}-{pyenv.env_fingerprint(pin)[:16]}"
 
     def probe_request(self, pin: Pin):
         return probe_request(self.profile, SCENARIOS, cache.cache_root() / "probes")
@@ -191,6 +191,12 @@ def judge(answer: dict, name: str = RocmFlagsWitness.name) -> WitnessResult:
     if missing:
         return WitnessResult(name, UNAVAILABLE, LEVEL, f"the probe answered no scenario {', '.join(missing)}")
     took = f"{len(resolved)} scenarios resolved in {answer.get('seconds', 0):.0f}s"
+    # sglang raising while it resolves (or argparse refusing the profile's arguments) says
+    # nothing about the defaults or the warning this witness judges: it cannot tell.
+    raised = [f"{scenario}: {resolved[scenario]['error']}" for scenario in EXPECTED if resolved[scenario].get("error")]
+    if raised:
+        return WitnessResult(name, UNAVAILABLE, LEVEL,
+                             f"the pin's ServerArgs raised while resolving, so it cannot tell: {'; '.join(raised)}"[:1000])
     failures = [f"{scenario}: {problem}" for scenario, problem in check(resolved)]
     if failures:
         return WitnessResult(name, BUG, LEVEL, "; ".join(failures) + f" ({took})")

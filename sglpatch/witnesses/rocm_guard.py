@@ -7,14 +7,17 @@ loader's FP8 macro for each architecture and its include folders) and the tvm-ff
 version the pin requires. On the unpatched 0.5.10-0.5.14 this fails with "'cuda_runtime.h' file
 not found".
 
-Two levels, the stronger first, and the result says which ran:
+Three levels, the strongest first, and the result says which ran:
 
+- ``rocm-compile``: on a box with ROCm installed (``$ROCM_PATH``, else ``/opt/rocm``), ROCm's own
+  clang, headers and device libraries, for the GPU architectures the box has.
 - ``hip-compile``: clang 22 with HIP 7.2.4 headers, ROCm 7.2.4 device libraries and a private
   sysroot, all from Debian and pinned by ``ci/install-hip-toolchain.sh``, compiling for gfx942
   (MI300X, FNUZ fp8) and gfx950 (MI355X, OCP e4m3 fp8). clang 19, the newest LLVM bookworm has,
   does not know gfx950; that script says which other compilers were tried and why not.
 - ``include-graph``: without that toolchain, the host preprocessor walks the same translation unit
-  with the loader's ROCm macros. Weaker (nothing is compiled) but real.
+  with the loader's ROCm macros, once per architecture with its own (the FP8 type), as
+  hip-compile compiles once per architecture. Weaker (nothing is compiled) but real.
 
 The answer names this bug only: ``bug`` means a CUDA runtime header was reached (or not found)
 from the pin's own kernel sources under the ROCm build. Any other failure (another missing
@@ -51,7 +54,7 @@ from packaging.version import Version
 from sglpatch import cache, sources
 from sglpatch.errors import SglpatchError, Unavailable
 from sglpatch.pins import Pin
-from sglpatch.processes import run_tool
+from sglpatch.processes import declared_env, pip_env, run_tool
 from sglpatch.witnesses import BUG, CLEAN, UNAVAILABLE, WitnessResult
 
 TOOLCHAIN_ENV = "SGLPATCH_HIP_TOOLCHAIN"
@@ -113,6 +116,9 @@ class RocmGuardWitness:
             return WitnessResult(self.name, UNAVAILABLE, detail=f"no {HEADER} in this tree")
         try:
             tvm_include = tvm_ffi_headers(required_tvm_ffi(pin))
+            box = RocmInstallation.find()
+            if box is not None:
+                return box.toolchain.check(self.name, layout, tvm_include, box.arches, box.arches)
             toolchain = HipToolchain.find()
             if toolchain is None:
                 return include_graph_check(self.name, layout, tvm_include)
@@ -125,9 +131,12 @@ class RocmGuardWitness:
         stamp (or "none") and the level that would run with its architectures or host compiler,
         and the tvm-ffi version the pin requires. A change of any of them re-runs the witness."""
         parts = [f"code {hashlib.sha256(Path(__file__).read_bytes()).hexdigest()}"]
+        box = RocmInstallation.find()
         toolchain = HipToolchain.find()
-        if toolchain is None:
-            parts += ["toolchain none", f"level include-graph {_host_compiler_identity()}"]
+        if box is not None:
+            parts += [f"rocm {box.toolchain.stamp}", f"level rocm-compile {','.join(box.arches)}"]
+        elif toolchain is None:
+            parts += ["toolchain none", f"level include-graph {','.join(ARCHES)} {_host_compiler_identity()}"]
         else:
             try:
                 arches = ",".join(arch for arch in ARCHES if toolchain.knows(arch))
@@ -208,6 +217,7 @@ def tvm_ffi_headers(version: str) -> Path:
                 ],
                 f"pip download apache-tvm-ffi=={version}",
                 DOWNLOAD_TIMEOUT_S,
+                env=pip_env(),
             )
             wheels = list(Path(download).glob("apache_tvm_ffi-*.whl"))
             if run.returncode != 0 or not wheels:
@@ -271,6 +281,7 @@ class HipToolchain:
     sysroot: Path | None = None
     stamp: str = "unstamped"
     llvm: str = ""
+    level: str = "hip-compile"  # what its answers are recorded as ("rocm-compile": the box's own ROCm)
 
     @classmethod
     def find(cls) -> "HipToolchain | None":
@@ -324,8 +335,8 @@ class HipToolchain:
                    *self.flags(layout, tvm_include, arch), f"--offload-{side}-only",
                    "-c", str(unit), "-o", str(unit.with_suffix(f".{arch}.{side}.o"))]
         try:
-            run = _run(command, f"clang++ (hip-compile {arch}, {side} pass)", COMPILE_TIMEOUT_S,
-                       env={**os.environ, "HIP_PLATFORM": "amd"})
+            run = _run(command, f"clang++ ({self.level} {arch}, {side} pass)", COMPILE_TIMEOUT_S,
+                       env=declared_env(extra={"HIP_PLATFORM": "amd"}))
         except Unavailable as exc:
             return UNAVAILABLE, str(exc)
         return (CLEAN, "") if run.returncode == 0 else _judge_compile(run.stderr, layout)
@@ -343,8 +354,8 @@ class HipToolchain:
         command = [str(self.clangxx), "-x", "hip", f"--rocm-path={self.rocm_path}", *flags,
                    f"--offload-{side}-only", "-E", str(unit)]
         try:
-            run = _run(command, f"clang++ -E (hip-compile {arch}, {side} pass)", PREPROCESS_TIMEOUT_S,
-                       env={**os.environ, "HIP_PLATFORM": "amd"})
+            run = _run(command, f"clang++ -E ({self.level} {arch}, {side} pass)", PREPROCESS_TIMEOUT_S,
+                       env=declared_env(extra={"HIP_PLATFORM": "amd"}))
         except Unavailable:
             return None
         if run.returncode != 0:
@@ -363,7 +374,7 @@ class HipToolchain:
         try:
             unknown = [arch for arch in arches if not self.knows(arch)]
         except Unavailable as exc:
-            return WitnessResult(name, UNAVAILABLE, "hip-compile", str(exc))
+            return WitnessResult(name, UNAVAILABLE, self.level, str(exc))
         tried = [arch for arch in arches if arch not in unknown]
         with tempfile.TemporaryDirectory() as work:
             unit = Path(work) / "cuda.cu"
@@ -379,10 +390,10 @@ class HipToolchain:
                 outcomes[arch] = failed[0] if failed else (CLEAN, f"{arch} ({fp8_macro(arch)[2:]})")
         bugs = [arch for arch in tried if outcomes[arch][0] == BUG]
         if bugs:
-            return WitnessResult(name, BUG, f"hip-compile {','.join(bugs)}", _per_arch(outcomes, bugs))
+            return WitnessResult(name, BUG, f"{self.level} {','.join(bugs)}", _per_arch(outcomes, bugs))
         failed = [arch for arch in tried if outcomes[arch][0] == UNAVAILABLE]
         compiled = [arch for arch in tried if outcomes[arch][0] == CLEAN]
-        level = f"hip-compile {','.join(compiled)}" if compiled else "hip-compile"
+        level = f"{self.level} {','.join(compiled)}" if compiled else self.level
         if failed:
             return WitnessResult(name, UNAVAILABLE, level, _per_arch(outcomes, failed))
         missing = [arch for arch in required if arch not in compiled]
@@ -394,30 +405,62 @@ class HipToolchain:
                              f"compiled with {compiler} for {', '.join(outcomes[arch][1] for arch in compiled)}")
 
 
-def compile_cache() -> Path:
-    """Where compile answers are kept by ``HipToolchain.pass_key`` (and ``cuda_check``'s key)."""
-    return cache.cache_root() / "rocm-guard-compile"
+ROCM_ENV = "ROCM_PATH"
+ROCM_DEFAULT = Path("/opt/rocm")
+
+
+@dataclass(frozen=True)
+class RocmInstallation:
+    """The box's own ROCm (``$ROCM_PATH``, else ``/opt/rocm``): its clang, its HIP headers and
+    device libraries, and the GPU architectures the box has (``rocm_agent_enumerator``). Where it
+    is present, the strongest proof is that compiler for those GPUs (level ``rocm-compile``);
+    the pinned Debian toolchain stays the level CI, which has no ROCm, runs at."""
+
+    toolchain: HipToolchain
+    arches: tuple[str, ...]
+
+    @classmethod
+    def find(cls) -> "RocmInstallation | None":
+        root = Path(os.environ.get(ROCM_ENV) or ROCM_DEFAULT)
+        clangxx = root / "llvm" / "bin" / "clang++"
+        if not (clangxx.is_file() and (root / "include" / "hip" / "hip_runtime.h").is_file()):
+            return None
+        arches = _box_arches(str(root))
+        if not arches:
+            return None  # a ROCm without a GPU it can see: nothing of the box's to compile for
+        try:
+            version = (root / ".info" / "version").read_text().strip()
+        except OSError:
+            version = "unknown version"
+        binary = clangxx.resolve().stat()
+        stamp = hashlib.sha256(f"{root}\0{version}\0{binary.st_size}\0{binary.st_mtime_ns}".encode()).hexdigest()[:16]
+        return cls(HipToolchain(clangxx, root, None, f"rocm-{stamp}", f"ROCm {version}", "rocm-compile"), arches)
+
+
+@functools.lru_cache(maxsize=4)
+def _box_arches(root: str) -> tuple[str, ...]:
+    """The box's GPU architectures as ROCm enumerates them (``gfx000``, the CPU agent, left out;
+    target features such as ``:sramecc+`` cut)."""
+    enumerator = Path(root) / "bin" / "rocm_agent_enumerator"
+    if not enumerator.is_file():
+        return ()
+    try:
+        run = _run([str(enumerator)], "rocm_agent_enumerator", QUERY_TIMEOUT_S)
+    except Unavailable:
+        return ()
+    found = {line.strip().split(":")[0] for line in run.stdout.splitlines() if re.match(r"^gfx[0-9a-f]+", line.strip())}
+    return tuple(sorted(found - {"gfx000"}))
+
+
+COMPILES = cache.Memo("rocm-guard-compile")  # by ``HipToolchain.pass_key`` (and ``cuda_check``'s key)
 
 
 def _remembered(key: str | None, compile_: Callable[[], tuple[str, str]]) -> tuple[str, str]:
     """``compile_()``'s (state, detail), kept under ``key``: one process or thread compiles while
     the others asking for the same key wait and read its answer. Without a key it just compiles;
     a compile that could not run is never kept."""
-    if key is None:
-        return compile_()
-    entry = compile_cache() / f"{key}.json"
-    with cache.entry_lock(entry, on_wait=lambda message: None):
-        try:
-            state, detail = json.loads(entry.read_text())
-            return state, detail
-        except FileNotFoundError:
-            pass
-        except (OSError, ValueError, TypeError):
-            entry.unlink(missing_ok=True)
-        answer = compile_()
-        if answer[0] != UNAVAILABLE:
-            cache.write_atomically(entry, json.dumps(answer))
-    return answer
+    state, detail = COMPILES.remember(key, lambda: list(compile_()), keep=lambda answer: answer[0] != UNAVAILABLE)
+    return state, detail
 
 
 def _per_arch(outcomes: dict[str, tuple[str, str]], arches: list[str]) -> str:
@@ -456,11 +499,24 @@ def _host_compiler_identity() -> str:
 _HIP_PLATFORM_HEADER = re.compile(r"^hip/")
 
 
-def include_graph_check(name: str, layout: KernelLayout, tvm_include: Path) -> WitnessResult:
-    """Without a HIP compiler: does the ROCm preprocessing of the unit reach a CUDA runtime header?"""
+def include_graph_check(name: str, layout: KernelLayout, tvm_include: Path, arches: tuple[str, ...] = ARCHES) -> WitnessResult:
+    """Without a HIP compiler: does the ROCm preprocessing of the unit reach a CUDA runtime header?
+    Once per architecture, with the macros the loader sets for it (its FP8 type), as hip-compile
+    compiles once per architecture: ``bug`` where any reaches one, ``clean`` only where none does."""
     compiler = _host_compiler()
     if compiler is None:
         return WitnessResult(name, UNAVAILABLE, detail="neither the HIP toolchain nor a host C++ compiler is installed")
+    outcomes = {arch: _include_graph(compiler, layout, tvm_include, arch) for arch in arches}
+    level = f"include-graph {','.join(arches)}"
+    for state in (BUG, UNAVAILABLE):
+        hit = [arch for arch in arches if outcomes[arch][0] == state]
+        if hit:
+            return WitnessResult(name, state, level, _per_arch(outcomes, hit))
+    return WitnessResult(name, CLEAN, level, f"no CUDA runtime header is reached under -DUSE_ROCM for {', '.join(arches)}")
+
+
+def _include_graph(compiler: str, layout: KernelLayout, tvm_include: Path, arch: str) -> tuple[str, str]:
+    """(state, detail) of one architecture's ROCm preprocessing of the unit."""
     with tempfile.TemporaryDirectory() as work:
         unit = Path(work) / "cuda.cu"
         unit.write_text(translation_unit(layout))
@@ -470,25 +526,23 @@ def include_graph_check(name: str, layout: KernelLayout, tvm_include: Path) -> W
         for header in ("cuda_runtime.h", "cuda_runtime_api.h", "cuda.h", "cuda_fp16.h", "cuda_bf16.h", "cuda_fp8.h"):
             (standins / header).write_text("")
         command = [compiler, "-x", "c++", "-std=c++20", "-DUSE_ROCM", "-D__HIP_PLATFORM_AMD__=1", "-D__HIPCC__=1",
-                   "-D__HIP__=1", fp8_macro("gfx942"), f"-I{tvm_include}", f"-I{layout.root / 'include'}",
+                   "-D__HIP__=1", fp8_macro(arch), f"-I{tvm_include}", f"-I{layout.root / 'include'}",
                    "-idirafter", str(standins), "-M", "-MG", "-H", str(unit)]
         try:
-            run = _run(command, f"{Path(compiler).name} (include-graph)", PREPROCESS_TIMEOUT_S)
+            run = _run(command, f"{Path(compiler).name} (include-graph {arch})", PREPROCESS_TIMEOUT_S)
         except Unavailable as exc:
-            return WitnessResult(name, UNAVAILABLE, "include-graph", str(exc))
+            return UNAVAILABLE, str(exc)
     if run.returncode != 0:
-        return WitnessResult(name, UNAVAILABLE, "include-graph", f"the preprocessor failed: {_first_error(run.stderr)}")
+        return UNAVAILABLE, f"the preprocessor failed: {_first_error(run.stderr)}"
     hits, foreign = _cuda_headers_reached(run.stderr, layout)
     if hits:
-        return WitnessResult(name, BUG, "include-graph", f"ROCm build reaches {hits}")
+        return BUG, f"ROCm build reaches {hits}"
     if foreign:
-        return WitnessResult(name, UNAVAILABLE, "include-graph",
-                             f"ROCm build reaches {foreign}, outside the pin's kernel sources: not the guard this witness checks")
+        return UNAVAILABLE, f"ROCm build reaches {foreign}, outside the pin's kernel sources: not the guard this witness checks"
     unfollowed = [dep for dep in _dependencies(run.stdout) if not Path(dep).is_absolute() and not _HIP_PLATFORM_HEADER.match(dep)]
     if unfollowed:
-        return WitnessResult(name, UNAVAILABLE, "include-graph",
-                             f"header not found, so its includes could not be followed: {', '.join(unfollowed)}")
-    return WitnessResult(name, CLEAN, "include-graph", "no CUDA runtime header is reached under -DUSE_ROCM")
+        return UNAVAILABLE, f"header not found, so its includes could not be followed: {', '.join(unfollowed)}"
+    return CLEAN, f"{arch} ({fp8_macro(arch)[2:]})"
 
 
 def _dependencies(make_rule: str) -> list[str]:

@@ -219,6 +219,13 @@ def draft_fusion(model) -> tuple[str, str]:
     return "unavailable: neither the draft nor its MoE layer has num_fused_shared_experts", ""
 
 
+def standin_parts(layer) -> list[str]:
+    """The parts of a judged module that are stand-ins' placeholders, by name."""
+    parts = {"module": layer, "quant_method": getattr(layer, "quant_method", None),
+             "scheme": getattr(layer, "scheme", None), "weight": dict(layer.named_parameters()).get("weight")}
+    return [name for name, value in parts.items() if value is not None and standins.is_standin(value)]
+
+
 def load_module(model, layer, names: list[str], tensors: dict) -> tuple[str, str]:
     """Feed the module's checkpoint tensors through the draft's load_weights and compare."""
     import torch
@@ -284,19 +291,26 @@ def resolve(args, folder: str, context) -> dict:
                 answer["modules"][key] = {
                     "prefix": None, "module": None, "fused_into": path, "checkpoint_names": names,
                     "quant_method": quant_method_name(moe), "unquantized": is_unquantized(moe),
-                    "load": "fused", "load_detail": f"built into the routed experts {path}, not as a module of its own"}
+                    "load": "fused", "load_detail": f"built into the routed experts {path}, not as a module of its own",
+                    "standins_called_in_load": [], "standin_parts": standin_parts(moe)}
             else:
                 answer["missing"].append(f"{relative}: {len(found)} modules match" if found else relative)
             continue
         path, layer = found[0]
         context.phase(f"{os.path.basename(folder)}: load {key}")
+        before = standins.call_counts()
         load, detail = load_module(model, layer, names, tensors)
+        after = standins.call_counts()
         prefix, _ = asked.get(id(layer), (None, None))
         answer["modules"][key] = {
             "prefix": prefix if prefix is not None else path, "module": path,
             "quant_config_asked": prefix is not None, "checkpoint_names": names,
             "quant_method": quant_method_name(layer), "unquantized": is_unquantized(layer),
-            "load": load, "load_detail": detail}
+            "load": load, "load_detail": detail,
+            # What the judged values rest on: a stand-in called while the module's tensors
+            # loaded, or one built into the module, its quant method or its weight.
+            "standins_called_in_load": sorted(n for n, count in after.items() if count > before.get(n, 0)),
+            "standin_parts": standin_parts(layer)}
     answer["standins_called"] = standins.calls()
     answer["standin_reads"] = standins.reads()
     return answer

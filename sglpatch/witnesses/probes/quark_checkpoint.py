@@ -115,3 +115,65 @@ def save_bf16_tensors(folder: str, shapes: dict[str, tuple[int, ...]], seed: int
     text += b" " * (-len(text) % 8)
     with open(os.path.join(folder, "model-mtp.safetensors"), "wb") as handle:
         handle.write(struct.pack("<Q", len(text)) + text + b"".join(blobs))
+
+
+# -- whole checkpoints, gigabytes of them: the ROCm tier's synthetic GLM-5 (glm_checkpoint.py) ----
+
+DTYPE_BYTES = {"BF16": 2, "F32": 4, "U8": 1}
+# The high byte of a bf16 whose exponent is 120 or 121 (the low byte's top bit picks which), with
+# the sign of the random byte it replaces: magnitudes in [2^-7, 2^-5), small enough that a random
+# model's activations stay finite through its layers, never NaN or infinite.
+_BF16_HIGH = bytes(0x3C | (b & 0x80) for b in range(256))
+# e8m0 scales of an MXFP4 block: 2^-9 .. 2^-7 (biased 118..120); an fp4 value is at most 6, so
+# dequantized weights stay in the bf16 weights' range.
+_E8M0 = bytes(118 + b % 3 for b in range(256))
+
+
+def tensor_bytes(rng: random.Random, dtype: str, count: int, fill: str) -> bytes:
+    """``count`` values: "random" (seeded: bf16 as above; U8 any byte, i.e. any two fp4 codes, all
+    finite), "scale" (U8 e8m0 MXFP4 scales), "ones" or "zeros". Bulk byte operations only, so
+    gigabytes take seconds in any Python."""
+    if fill == "zeros":
+        return bytes(count * DTYPE_BYTES[dtype])
+    if fill == "ones":
+        one = {"BF16": struct.pack("<H", 0x3F80), "F32": struct.pack("<f", 1.0), "U8": b"\x01"}[dtype]
+        return one * count
+    if fill == "scale" and dtype == "U8":
+        return rng.randbytes(count).translate(_E8M0)
+    if fill == "random" and dtype == "U8":
+        return rng.randbytes(count)
+    if fill == "random" and dtype == "BF16":
+        out = bytearray(2 * count)
+        out[0::2] = rng.randbytes(count)
+        out[1::2] = rng.randbytes(count).translate(_BF16_HIGH)
+        return bytes(out)
+    raise ValueError(f"no {fill!r} fill for {dtype}")
+
+
+def save_tensors(path: str, tensors: list[tuple[str, str, tuple[int, ...], str]], seed: int) -> int:
+    """A safetensors file of (name, dtype, shape, fill) tensors, streamed one tensor at a time (a
+    whole checkpoint never sits in memory); its size in bytes."""
+    rng = random.Random(seed)
+    header, offset = {}, 0
+    for name, dtype, shape, _ in tensors:
+        count = 1
+        for size in shape:
+            count *= size
+        size = count * DTYPE_BYTES[dtype]
+        header[name] = {"dtype": dtype, "shape": list(shape), "data_offsets": [offset, offset + size]}
+        offset += size
+    text = json.dumps(header, separators=(",", ":")).encode()
+    text += b" " * (-len(text) % 8)
+    with open(path, "wb") as handle:
+        handle.write(struct.pack("<Q", len(text)) + text)
+        for name, dtype, shape, fill in tensors:
+            start, end = header[name]["data_offsets"]
+            handle.write(tensor_bytes(rng, dtype, (end - start) // DTYPE_BYTES[dtype], fill))
+    return 8 + len(text) + offset
+
+
+def read_safetensors_header(path: str) -> dict:
+    """A safetensors file's header (name -> dtype, shape, offsets), without reading its data."""
+    with open(path, "rb") as handle:
+        (length,) = struct.unpack("<Q", handle.read(8))
+        return json.loads(handle.read(length))

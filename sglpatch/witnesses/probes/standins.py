@@ -48,6 +48,20 @@ def calls() -> list[str]:
     return sorted(_CALLS)
 
 
+def call_counts() -> dict[str, int]:
+    """How often each stand-in was called since the last ``reset_calls``: two snapshots tell
+    what one step of a probe called."""
+    return dict(_CALLS)
+
+
+def is_standin(value) -> bool:
+    """Whether ``value`` is a stand-in's placeholder (or a module of a stand-in package)."""
+    try:
+        return "_sglpatch_standin" in vars(value) or "_sglpatch_standin" in vars(type(value))
+    except TypeError:
+        return False
+
+
 def reads() -> list[str]:
     """Attributes read from named stand-ins since the last ``reset_calls``, other than by
     ``from m import name``: ``module.name (how, where)``, ``absent`` for a name it does not have."""
