@@ -23,8 +23,6 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path, PurePosixPath
 
-import git
-
 from sglpatch import cache, progress
 from sglpatch import index as package_index
 from sglpatch.index import IndexConfig
@@ -70,7 +68,9 @@ def fetch_artifact(pin: Pin, index: IndexConfig | str | None = None) -> Path:
     dest = cache.cache_root() / "artifacts" / pin.artifact
     with cache.entry_lock(dest):
         if dest.exists():
+            identity = _file_identity(dest)
             if _sha256(dest) == pin.sha256:
+                _checked[str(dest)] = (identity, pin.sha256)
                 return dest
             dest.unlink()  # a damaged or tampered cache entry: fetch it again
         config = package_index.resolve(index)
@@ -93,6 +93,7 @@ def fetch_artifact(pin: Pin, index: IndexConfig | str | None = None) -> Path:
                     "refusing it (upstream/pins.toml)"
                 )
             os.replace(tmp, dest)
+            _checked[str(dest)] = (_file_identity(dest), got)
         except OSError as exc:
             raise SglpatchError(f"{pin.artifact} from {url}: download failed: {exc}") from None
         finally:
@@ -100,8 +101,79 @@ def fetch_artifact(pin: Pin, index: IndexConfig | str | None = None) -> Path:
     return dest
 
 
-def artifact_metadata(artifact: Path) -> str:
-    """The core metadata (METADATA of a wheel, PKG-INFO of an sdist) of a downloaded artifact."""
+def pin_metadata(pin: Pin, index: IndexConfig | str | None = None) -> str:
+    """The core metadata of the pin's artifact, read out of it once per artifact sha256.
+
+    The cache entry is keyed by the pin's sha256, the artifact's content, so a valid one needs no
+    artifact at all: a warm run neither hashes nor opens the release (``pristine_from_index``
+    trusts its entry the same way)."""
+    return _remembered_metadata(pin.sha256, lambda: fetch_artifact(pin, index))
+
+
+def artifact_metadata(artifact: Path, sha256: str | None = None) -> str:
+    """The core metadata (METADATA of a wheel, PKG-INFO of an sdist) of a downloaded artifact,
+    remembered by the artifact's sha256 as ``pin_metadata`` does. Without ``sha256`` the digest
+    is the one ``fetch_artifact`` checked for this file in this process, else the file's own."""
+    if sha256 is None:
+        try:
+            sha256 = _checked_digest(artifact) or _sha256(artifact)
+        except OSError as exc:
+            raise SglpatchError(f"{artifact}: cannot read its metadata: {exc}") from None
+    return _remembered_metadata(sha256, lambda: artifact)
+
+
+def _remembered_metadata(sha256: str, artifact) -> str:
+    known = _metadata_memo.get(sha256)
+    if known is None:
+        entry = cache.cache_root() / "metadata" / f"{sha256}.json"
+        known = _valid_metadata(entry, sha256)
+        if known is None:
+            known = _read_metadata(artifact())
+            # Parallel readers of one artifact write the same text; the rename keeps it whole.
+            cache.write_atomically(entry, json.dumps({
+                "artifact_sha256": sha256, "metadata_sha256": _text_digest(known), "metadata": known,
+            }))
+        _metadata_memo[sha256] = known
+    return known
+
+
+# sha256 -> metadata text, for this process; the cache entry serves the next one.
+_metadata_memo: dict[str, str] = {}
+# path -> (its stat when fetch_artifact hashed it, the sha256 it had): a file changed since is
+# hashed again.
+_checked: dict[str, tuple[tuple[int, int, int, int], str]] = {}
+
+
+def _file_identity(path: Path) -> tuple[int, int, int, int]:
+    info = path.stat()
+    return (info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns)
+
+
+def _checked_digest(path: Path) -> str | None:
+    known = _checked.get(str(path))
+    try:
+        return known[1] if known is not None and known[0] == _file_identity(path) else None
+    except OSError:
+        return None
+
+
+def _valid_metadata(entry: Path, sha256: str) -> str | None:
+    """The entry's text when it is whole and for this artifact; else None (it is read again)."""
+    try:
+        saved = json.loads(entry.read_text())
+        text = saved["metadata"]
+        if saved["artifact_sha256"] != sha256 or saved["metadata_sha256"] != _text_digest(text):
+            return None
+        return text
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None
+
+
+def _text_digest(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _read_metadata(artifact: Path) -> str:
     try:
         if artifact.name.endswith(".whl"):
             with zipfile.ZipFile(artifact) as archive:
@@ -329,6 +401,8 @@ def pristine_from_git(pin: Pin, url: str) -> Pristine:
             f"pin {pin.version}: no commit is recorded in upstream/pins.toml, so the git source "
             "cannot check what it fetches; use the index source"
         )
+    import git  # GitPython: only this way in uses it, and it is a tenth of the CLI's start-up
+
     path = cache.cache_root() / "git" / f"{pin.commit}.git"
     with cache.entry_lock(path):
         commit = _valid_entry(path)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import multiprocessing
 import tarfile
 from pathlib import Path
@@ -188,3 +189,85 @@ def test_git_source_needs_a_recorded_commit(fake_project, tmp_path):
     pin = load_pins(fake_project.root / "upstream" / "pins.toml").select(["0.1.0"])[0]
     with pytest.raises(SglpatchError, match="no commit is recorded"):
         sources.pristine_from_git(pin, str(repo))
+
+
+def _counting_metadata_reads(monkeypatch) -> list[Path]:
+    """The artifacts whose metadata is read out of the archive from now on, with an empty
+    in-process memo (as a fresh process has)."""
+    opened = []
+    real = sources._read_metadata
+
+    def counting(artifact: Path) -> str:
+        opened.append(artifact)
+        return real(artifact)
+
+    monkeypatch.setattr(sources, "_read_metadata", counting)
+    monkeypatch.setattr(sources, "_metadata_memo", {})
+    return opened
+
+
+@pytest.mark.parametrize("version, first_line", [("0.1.0", "Metadata-Version: 2.1"), ("0.2.0", "Name: sglang")])
+def test_artifact_metadata_is_read_once_per_artifact_hash(fake_project, cache_dir, monkeypatch, version, first_line):
+    opened = _counting_metadata_reads(monkeypatch)
+    pin = fake_project.project.pins().select([version])[0]
+    metadata = sources.pin_metadata(pin)
+    assert metadata.splitlines()[0] == first_line
+    assert len(opened) == 1
+    # This process answers from its memo; the next from the cache entry, without the artifact:
+    # it is neither fetched, hashed nor opened.
+    (cache_dir / "artifacts" / pin.artifact).unlink()
+    assert sources.pin_metadata(pin) == metadata
+    monkeypatch.setattr(sources, "_metadata_memo", {})
+    monkeypatch.setattr(sources, "fetch_artifact", lambda *args, **kwargs: pytest.fail("the artifact was fetched"))
+    assert sources.pin_metadata(pin) == metadata
+    assert len(opened) == 1
+
+
+def test_artifact_metadata_by_path_uses_the_digest_fetch_checked(fake_project, cache_dir, monkeypatch):
+    pin = fake_project.project.pins().select(["0.2.0"])[0]
+    artifact = sources.fetch_artifact(pin)
+    opened = _counting_metadata_reads(monkeypatch)
+    metadata = sources.artifact_metadata(artifact)
+    assert (cache_dir / "metadata" / f"{pin.sha256}.json").is_file()
+    monkeypatch.setattr(sources, "_metadata_memo", {})
+    monkeypatch.setattr(sources, "_sha256", lambda path: pytest.fail(f"{path} was hashed again"))
+    assert sources.artifact_metadata(artifact) == sources.pin_metadata(pin) == metadata
+    assert opened == [artifact]
+
+
+def test_a_changed_artifact_hash_reads_the_metadata_again(fake_project, cache_dir, tmp_path, monkeypatch):
+    opened = _counting_metadata_reads(monkeypatch)
+    pin = fake_project.project.pins().select(["0.2.0"])[0]
+    sources.pin_metadata(pin)
+    # The release re-pinned to another artifact under the same name, from another index.
+    other_index = tmp_path / "other-index"
+    other_index.mkdir()
+    rebuilt = make_wheel(other_index, "0.2.0", {**BASE_FILES, "sglang/added.py": "x = 1\n"})
+    monkeypatch.setenv("SGLPATCH_INDEX_URL", other_index.as_uri())
+    (cache_dir / "artifacts" / pin.artifact).unlink()
+    repinned = dataclasses.replace(pin, sha256=sha256(rebuilt))
+    assert repinned.sha256 != pin.sha256
+    sources.pin_metadata(repinned)
+    assert len(opened) == 2 and opened[1].name == pin.artifact
+    assert {entry.stem for entry in (cache_dir / "metadata").glob("*.json")} == {pin.sha256, repinned.sha256}
+
+
+@pytest.mark.parametrize("damage", ["truncated", "text changed", "another artifact's entry"])
+def test_damaged_metadata_entry_is_read_again_from_the_artifact(fake_project, cache_dir, monkeypatch, damage):
+    sdist, wheel = fake_project.project.pins().select(["0.1.0", "0.2.0"])
+    monkeypatch.setattr(sources, "_metadata_memo", {})
+    metadata = sources.pin_metadata(sdist)
+    entry = cache_dir / "metadata" / f"{sdist.sha256}.json"
+    if damage == "truncated":
+        entry.write_text(entry.read_text()[:20])
+    elif damage == "text changed":
+        entry.write_text(entry.read_text().replace("Name: sglang", "Name: other"))
+    else:
+        sources.pin_metadata(wheel)
+        entry.write_bytes((cache_dir / "metadata" / f"{wheel.sha256}.json").read_bytes())
+    opened = _counting_metadata_reads(monkeypatch)
+    assert sources.pin_metadata(sdist) == metadata
+    assert len(opened) == 1
+    monkeypatch.setattr(sources, "_metadata_memo", {})
+    assert sources.pin_metadata(sdist) == metadata
+    assert len(opened) == 1  # the entry was rebuilt whole

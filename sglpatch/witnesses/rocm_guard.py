@@ -185,8 +185,7 @@ def fp8_macro(arch: str) -> str:
 
 def required_tvm_ffi(pin: Pin) -> str:
     """The apache-tvm-ffi version the pin's metadata asks for (the newest pinned one in a range)."""
-    artifact = sources.fetch_artifact(pin)
-    metadata = sources.artifact_metadata(artifact)
+    metadata = sources.pin_metadata(pin)
     match = re.search(r"^Requires-Dist: apache-tvm-ffi\s*\(?([^;\n)]*)", metadata, re.MULTILINE)
     if not match:
         raise SglpatchError(f"{pin.artifact}: its metadata does not require apache-tvm-ffi")
@@ -473,9 +472,24 @@ def _per_arch(outcomes: dict[str, tuple[str, str]], arches: list[str]) -> str:
 
 @functools.lru_cache(maxsize=8)
 def _supported_cpus(clangxx: str, stamp: str) -> frozenset[str]:
-    run = _run([clangxx, "--target=amdgcn-amd-amdhsa", "-nogpulib", "--print-supported-cpus"],
-               "clang++ --print-supported-cpus", QUERY_TIMEOUT_S)
-    return frozenset(re.findall(r"\bgfx[0-9a-f]+\b", run.stdout + run.stderr))
+    """The GPU targets the compiler knows, remembered by the binary (its resolved path, size and
+    time) and the toolchain's stamp: a warm run starts no compiler to ask."""
+    binary = Path(clangxx).resolve()
+    try:
+        seen = binary.stat()
+        key = hashlib.sha256(f"{binary}\0{seen.st_size}\0{seen.st_mtime_ns}\0{stamp}".encode()).hexdigest()[:32]
+    except OSError:
+        key = None
+
+    def ask() -> list[str]:
+        run = _run([clangxx, "--target=amdgcn-amd-amdhsa", "-nogpulib", "--print-supported-cpus"],
+                   "clang++ --print-supported-cpus", QUERY_TIMEOUT_S)
+        return sorted(set(re.findall(r"\bgfx[0-9a-f]+\b", run.stdout + run.stderr)))
+
+    return frozenset(SUPPORTED_CPUS.remember(key, ask, keep=bool))
+
+
+SUPPORTED_CPUS = cache.Memo("clang-supported-cpus")
 
 
 def _host_compiler() -> str | None:
