@@ -11,7 +11,7 @@ import subprocess
 from pathlib import Path
 
 from sglpatch.errors import SglpatchError
-from sglpatch.processes import declared_env
+from sglpatch.processes import NETWORK, declared_env
 
 IDENTITY_NAME = "sglpatch"
 IDENTITY_EMAIL = "sglpatch@localhost"
@@ -23,7 +23,7 @@ GIT_TIMEOUT_S = 900
 def git_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     """Of the caller's environment only what git needs to run (``processes.declared_env``): a
     caller's ``GIT_DIR``, ``GIT_INDEX_FILE`` or ``GIT_WORK_TREE`` would point our git elsewhere."""
-    env = declared_env(("GIT_EXEC_PATH",))
+    env = declared_env(("GIT_EXEC_PATH", *NETWORK))  # a remote's proxies; what it gives is checked by SHA
     env.update(
         {
             "LC_ALL": "C",

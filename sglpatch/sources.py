@@ -3,7 +3,7 @@
 Two ways in. The default takes the package-index artifact (checked by sha256) and streams its
 members straight into ``git fast-import`` -- no unpacked copy on disk, no ``git add`` scan -- with a
 fixed identity and the release's upload time as the date, so the pristine commit hash is the same on
-every machine. The other fetches the pinned commit from a git remote or mirror with GitPython and
+every machine. The other fetches the pinned commit from a git remote or mirror with git itself and
 checks its SHA.
 """
 
@@ -27,7 +27,7 @@ from sglpatch import cache, progress
 from sglpatch import index as package_index
 from sglpatch.index import IndexConfig
 from sglpatch.errors import SglpatchError
-from sglpatch.gitcmd import IDENTITY_EMAIL, IDENTITY_NAME, git_env, git_out, run_git
+from sglpatch.gitcmd import IDENTITY_EMAIL, IDENTITY_NAME, git_out, run_git
 from sglpatch.pins import Pin
 
 PRISTINE_REF = "refs/heads/pristine"
@@ -401,31 +401,26 @@ def pristine_from_git(pin: Pin, url: str) -> Pristine:
             f"pin {pin.version}: no commit is recorded in upstream/pins.toml, so the git source "
             "cannot check what it fetches; use the index source"
         )
-    import git  # GitPython: only this way in uses it, and it is a tenth of the CLI's start-up
-
     path = cache.cache_root() / "git" / f"{pin.commit}.git"
     with cache.entry_lock(path):
         commit = _valid_entry(path)
         if commit is None:
             cache.remove(path)
             with cache.staging(path) as staging:
-                repo = git.Repo.init(staging, bare=True)
-                with repo.git.custom_environment(**git_env()):
-                    try:
-                        repo.git.fetch("--quiet", "--depth=1", url, pin.commit, kill_after_timeout=FETCH_TIMEOUT_S)
-                    except git.GitCommandError:
-                        # Servers that refuse a bare SHA still serve the tag; the SHA check below
-                        # is what makes either way trustworthy.
-                        try:
-                            repo.git.fetch(
-                                "--quiet", "--depth=1", url, f"refs/tags/{pin.tag}", kill_after_timeout=FETCH_TIMEOUT_S
-                            )
-                        except git.GitCommandError as exc:
-                            raise SglpatchError(
-                                f"pin {pin.version}: cannot fetch {pin.commit} or tag {pin.tag} from {url} "
-                                f"(each fetch is given {FETCH_TIMEOUT_S} s): {str(exc.stderr).strip()}"
-                            ) from None
-                    commit = repo.git.rev_parse("FETCH_HEAD^{commit}")
+                run_git(["init", "--bare", "--quiet", str(staging)], staging.parent)
+                fetched = run_git(["fetch", "--quiet", "--depth=1", url, pin.commit], staging, check=False,
+                                  timeout=FETCH_TIMEOUT_S)
+                if fetched.returncode != 0:
+                    # Servers that refuse a bare SHA still serve the tag; the SHA check below is
+                    # what makes either way trustworthy.
+                    fetched = run_git(["fetch", "--quiet", "--depth=1", url, f"refs/tags/{pin.tag}"], staging,
+                                      check=False, timeout=FETCH_TIMEOUT_S)
+                    if fetched.returncode != 0:
+                        raise SglpatchError(
+                            f"pin {pin.version}: cannot fetch {pin.commit} or tag {pin.tag} from {url} "
+                            f"(each fetch is given {FETCH_TIMEOUT_S} s): {fetched.stderr.decode(errors='replace').strip()}"
+                        )
+                commit = git_out(["rev-parse", "FETCH_HEAD^{commit}"], staging)
                 if commit != pin.commit:
                     raise SglpatchError(
                         f"pin {pin.version}: {url} gave commit {commit} for {pin.tag}, "
