@@ -58,14 +58,20 @@ def check_series(patches_dir: Path, pins: Pins) -> list[Problem]:
             except SglpatchError as exc:
                 problems.append(Problem(path, 1, str(exc)))
                 continue
-            problems.extend(_metadata_problems(patch, patches_dir.parent))
-            problems.extend(diffs.diff_problems(patch))
+            problems.extend(patch_problems(patch, patches_dir.parent))
             parsed.append(patch)
         problems.extend(_coverage_problems(name, parsed, pins))
     for stray in sorted(patches_dir.rglob("*.patch")):
         if stray not in listed:
             problems.append(Problem(stray, 1, f"not listed in {series_path.name} (nor a rendition of a listed patch)"))
     return problems
+
+
+def patch_problems(patch: PatchFile, project_root: Path | None = None) -> list[Problem]:
+    """What one patch file shows on its own: its trailers, its Origin and its diff. ``apply``
+    refuses a rendition with any of these (with ``--update-lock`` and ``--no-witnesses`` too),
+    so nothing ``check`` refuses reaches a tree or the lock."""
+    return _metadata_problems(patch, project_root) + diffs.diff_problems(patch)
 
 
 def _metadata_problems(patch: PatchFile, project_root: Path | None = None) -> list[Problem]:

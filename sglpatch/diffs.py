@@ -1,10 +1,12 @@
-"""Checks on the diff of a patch file: it parses, its hunks add up, and it only touches plain text
-files at safe paths. ``apply`` refuses a patch with any finding; ``sglpatch check`` lists them all.
+"""Checks on the diff of a patch file: it parses, its hunks add up, it only touches plain text
+files at safe paths, and what it adds holds nothing a reviewer cannot see. ``apply`` refuses a
+patch with any finding; ``sglpatch check`` lists them all.
 """
 
 from __future__ import annotations
 
 import re
+import unicodedata
 
 import unidiff
 
@@ -16,7 +18,7 @@ def parse_diff(patch: PatchFile) -> unidiff.PatchSet:
 
 
 def diff_problems(patch: PatchFile) -> list[Problem]:
-    problems = _line_problems(patch)
+    problems = _line_problems(patch) + invisible_problems(patch)
     hunks = _hunk_problems(patch)
     if hunks:
         return problems + hunks
@@ -67,6 +69,55 @@ def _line_problems(patch: PatchFile) -> list[Problem]:
             )
         if _NOT_TEXT.search(line):
             problems.append(Problem(patch.path, where, "control characters in the diff: content that is not text"))
+    return problems
+
+
+# The "Trojan Source" class: code points that reorder how a line is shown, so a reviewer reads
+# other code than the compiler does (CVE-2021-42574).
+_BIDI_CONTROLS = frozenset(
+    "\u061c\u200e\u200f" + "".join(map(chr, range(0x202A, 0x202F))) + "".join(map(chr, range(0x2066, 0x206A)))
+)
+_HUNK_HEADER = re.compile(r"^@@ -\d+(?:,\d+)? \+(\d+)(?:,\d+)? @@")
+
+
+def invisible_problems(patch: PatchFile) -> list[Problem]:
+    """Invisible format characters (Unicode category Cf: bidirectional controls, zero-width
+    spaces and joiners, ...) in the lines the patch adds, each at its patch line and at its line
+    in the patched file: a review of the patch cannot see them, so what it approves is not what
+    runs. Context and removed lines are upstream's and are left to upstream."""
+    problems = []
+    path, target, in_hunk = "", 0, False
+    # Split on newlines only, as git counts lines; str.splitlines also breaks at U+2028 and others.
+    for index, line in enumerate(patch.diff_text.split("\n")):
+        if line.startswith("diff --git "):
+            path, in_hunk = line.split()[-1].removeprefix("b/"), False
+            continue
+        header = _HUNK_HEADER.match(line)
+        if header:
+            target, in_hunk = int(header.group(1)), True
+            continue
+        if not in_hunk:
+            if line.startswith("+++ ") and line[4:].strip() != "/dev/null":
+                path = line[4:].strip().removeprefix("b/")
+            continue
+        if line.startswith("+"):
+            for column, char in enumerate(line[1:]):
+                # A byte-order mark opening a file is how some editors save it, and shows nowhere.
+                if char == "\ufeff" and target == 1 and column == 0:
+                    continue
+                if unicodedata.category(char) == "Cf":
+                    kind = "a bidirectional control" if char in _BIDI_CONTROLS else "an invisible format character"
+                    problems.append(
+                        Problem(
+                            patch.path,
+                            patch.diff_line + index,
+                            f"{path}:{target}: added line holds U+{ord(char):04X} "
+                            f"{unicodedata.name(char, 'unnamed')} ({kind}: it does not show in a review); refused",
+                        )
+                    )
+            target += 1
+        elif line.startswith(" ") or line == "":
+            target += 1
     return problems
 
 

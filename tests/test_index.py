@@ -3,19 +3,19 @@
 from __future__ import annotations
 
 import hashlib
+import os
 import re
+import shlex
+import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
 from conftest import REPO_ROOT
 from sglpatch import index
 from sglpatch.project import apply_series
-
-REGISTRY_HOSTS = ("pypi.org", "pythonhosted.org", "deb.debian.org", "security.debian.org", "ftp.debian.org",
-                  "snapshot.debian.org", "registry.npmjs.org", "download.pytorch.org", "repo.radeon.com")
-
 
 def _simple_index(folder, artifacts):
     """A PEP 503 index on disk, as a mirror (devpi, a file:// mirror) serves it."""
@@ -31,7 +31,7 @@ def _simple_index(folder, artifacts):
 
 def _only_pip_config(monkeypatch, tmp_path, text):
     """pip configured through its own config file alone: no PIP_* variable, no SGLPATCH_INDEX_URL."""
-    for name in list(__import__("os").environ):
+    for name in list(os.environ):
         if name.startswith("PIP_"):
             monkeypatch.delenv(name)
     monkeypatch.delenv("SGLPATCH_INDEX_URL", raising=False)
@@ -76,15 +76,72 @@ def test_without_any_configuration_the_index_is_pips_own_default(tmp_path, monke
     assert config.urls == (asked,) and config.source == "pip's default index"
 
 
-def test_the_repository_names_no_registry_host():
-    tracked = subprocess.run(["git", "ls-files"], cwd=REPO_ROOT, capture_output=True, text=True, check=True).stdout.split()
+_URL_HOST = re.compile(r"[a-z][a-z0-9+.-]*://(?:[^@/\s]*@)?([a-z0-9.-]+)", re.IGNORECASE)
+
+
+def _pip_hosts() -> set[str]:
+    """The hosts pip here reaches: its configured indexes and find-links (``pip config list``,
+    PIP_* variables included), and its own default index and file host, asked of pip itself."""
+    settings = index.pip_settings()
+    urls = [url for name in ("index-url", "extra-index-url", "find-links") for url in shlex.split(settings.get(name, ""))]
+    code = "from pip._internal.models.index import PyPI; print(PyPI.simple_url); print('https://' + PyPI.file_storage_domain)"
+    urls += subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    return {match.group(1).lower() for url in urls for match in _URL_HOST.finditer(url)}
+
+
+def _apt_hosts() -> set[str]:
+    """Every host apt's sources files name, where apt-config says they are (one-line and deb822,
+    disabled entries and comments too: a mirror commented out is still a registry)."""
+    places = {"list": "/etc/apt/sources.list", "parts": "/etc/apt/sources.list.d/"}
+    if shutil.which("apt-config"):
+        shown = subprocess.run(["apt-config", "shell", "list", "Dir::Etc::sourcelist/f", "parts", "Dir::Etc::sourceparts/d"],
+                               capture_output=True, text=True).stdout
+        places.update((name, value) for name, value in re.findall(r"^(list|parts)='([^']*)'", shown, re.MULTILINE) if value)
+    parts = Path(places["parts"])
+    files = [Path(places["list"]), *(sorted(parts.iterdir()) if parts.is_dir() else [])]
+    hosts = set()
+    for path in files:
+        if path.is_file():
+            hosts.update(match.group(1).lower() for match in _URL_HOST.finditer(path.read_text(errors="replace")))
+    for name in ("SGLPATCH_DEBIAN_MIRROR", "DEBIAN_MIRROR"):
+        hosts.update(match.group(1).lower() for match in _URL_HOST.finditer(os.environ.get(name, "")))
+    return hosts
+
+
+def _registry_names(hosts: set[str]) -> set[str]:
+    """Each host and, where it is a name under a registry's own domain, that domain: a file
+    naming the archive's security host is caught by its main mirror's domain."""
+    names = set()
+    for host in hosts:
+        labels = host.strip(".").split(".")
+        # Addresses and single labels (a local mirror at 127.0.0.1, "localhost") name no registry.
+        if len(labels) < 2 or all(label.isdigit() for label in labels):
+            continue
+        names.add(".".join(labels))
+        if len(labels) >= 3:
+            names.add(".".join(labels[1:]))
+    return names
+
+
+def _naming(text: str, name: str) -> bool:
+    return re.search(rf"(?<![\w-]){re.escape(name)}(?![\w-])", text, re.IGNORECASE) is not None
+
+
+def test_the_repository_names_no_registry_host_that_pip_or_apt_here_use():
+    names = _registry_names(_pip_hosts() | _apt_hosts())
+    # pip's own default index is always among them, so the scan below always has something to find.
+    default = subprocess.run([sys.executable, "-c", "from pip._internal.models.index import PyPI; print(PyPI.netloc)"],
+                             capture_output=True, text=True, check=True).stdout.strip()
+    assert default in names, names
+    assert all(_naming(f"see https://{name}/simple", name) and not _naming(f"x{name}", name) for name in names)
+    tracked = subprocess.run(["git", "ls-files", "-z"], cwd=REPO_ROOT, capture_output=True, text=True, check=True).stdout
     found = []
-    for name in tracked:
+    for name in filter(None, tracked.split("\0")):
         path = REPO_ROOT / name
-        if name == "tests/test_index.py" or not path.is_file():
+        if not path.is_file() or path.is_symlink():
             continue
         text = path.read_text(errors="replace")
-        found += [f"{name}: {host}" for host in REGISTRY_HOSTS if re.search(rf"(?<![\w.-]){re.escape(host)}", text)]
+        found += [f"{name}: {host}" for host in sorted(names) if _naming(text, host)]
     assert found == []
 
 

@@ -239,6 +239,74 @@ def test_content_that_is_not_text_is_refused(fake_project, tmp_path):
     _refused_by_check_and_by_apply_even_with_update_lock(fake_project, text, "content that is not text")
 
 
+@pytest.mark.parametrize(
+    "char, name",
+    [
+        ("\u202e", "RIGHT-TO-LEFT OVERRIDE"),
+        ("\u2066", "LEFT-TO-RIGHT ISOLATE"),
+        ("\u2069", "POP DIRECTIONAL ISOLATE"),
+        ("\u200f", "RIGHT-TO-LEFT MARK"),
+        ("\u061c", "ARABIC LETTER MARK"),
+        ("\u200b", "ZERO WIDTH SPACE"),
+        ("\u2060", "WORD JOINER"),
+        ("\ufeff", "ZERO WIDTH NO-BREAK SPACE"),
+    ],
+)
+def test_an_invisible_character_in_an_added_line_is_refused_at_its_line_with_its_code_point(
+    fake_project, tmp_path, char, name
+):
+    files = tree_files("0.1.0")
+    added = f"line 20 {char}patched"
+    text = format_patch(tmp_path, files, {EXAMPLE: files[EXAMPLE].replace("line 20\n", added + "\n")}, "example: patch line 20")
+    expected = f"{EXAMPLE}:20: added line holds U+{ord(char):04X} {name}"
+    _refused_by_check_and_by_apply_even_with_update_lock(fake_project, text, expected)
+    path = fake_project.root / "patches" / "0001-example.patch"
+    [problem] = _problems(fake_project)
+    assert problem.startswith(f"{path}:{text.split(chr(10)).index('+' + added) + 1}: {expected}"), problem
+    assert "\n" not in problem
+
+
+def test_invisible_characters_upstream_already_has_are_not_the_patch_s_to_answer_for(fake_project, tmp_path):
+    files = {**tree_files("0.1.0"), "python/sglang/rtl.py": "a\nb \u202e c\nd\ne\n"}
+    # The patch keeps one such line as context and removes it elsewhere; it adds none.
+    edits = {"python/sglang/rtl.py": "a\nb \u202e c\nd\n", EXAMPLE: files[EXAMPLE].replace("line 20\n", "line 20 patched\n")}
+    _write_one(fake_project, format_patch(tmp_path, files, edits, "keeps a context line"))
+    assert _problems(fake_project) == []
+    removing = {"python/sglang/rtl.py": "a\nd\ne\n"}
+    _write_one(fake_project, format_patch(tmp_path, files, removing, "removes it"))
+    assert _problems(fake_project) == []
+
+
+def test_a_byte_order_mark_opening_a_new_file_is_not_refused(fake_project, tmp_path):
+    text = format_patch(tmp_path, tree_files("0.1.0"), {"python/sglang/new.py": "\ufeffx = 1\ny = 2\n"}, "bom")
+    _write_one(fake_project, text)
+    assert _problems(fake_project) == []
+
+
+@pytest.mark.parametrize(
+    "trailers, expected",
+    [
+        ({"Witness": "no-such-check"}, "unknown witness 'no-such-check'"),
+        ({"Upstream-Status": "Done"}, "Upstream-Status 'Done' is not one of"),
+        ({"Origin": "see shared/BRIEF.md"}, "Origin cites shared/BRIEF.md, which is not in this repository"),
+    ],
+)
+def test_apply_with_update_lock_and_no_witnesses_refuses_the_trailers_check_refuses(fake_project, tmp_path, trailers, expected):
+    _refused_by_check_and_by_apply_even_with_update_lock(fake_project, _patch(tmp_path, trailers=trailers), expected)
+
+
+def test_cli_apply_update_lock_no_witnesses_refuses_an_unknown_witness_naming_the_patch(fake_project, tmp_path):
+    path = _write_one(fake_project, _patch(tmp_path, trailers={"Witness": "no-such-check"}))
+    run = subprocess.run(
+        ["python", "-m", "sglpatch", "--root", str(fake_project.root), "apply", "--update-lock", "--no-witnesses", "0.1.0"],
+        capture_output=True,
+        text=True,
+    )
+    assert run.returncode != 0 and "Traceback" not in run.stderr, run.stderr
+    assert f"{path}:" in run.stdout + run.stderr and "unknown witness 'no-such-check'" in run.stdout + run.stderr
+    assert not (fake_project.root / "series.lock").exists()
+
+
 def test_the_same_file_twice_in_one_patch_is_refused(fake_project, tmp_path):
     text = _patch(tmp_path)
     diff = text[text.index("diff --git") : text.index("\n-- \n")]

@@ -14,12 +14,13 @@ import stat
 import subprocess
 import sys
 import textwrap
+import zipfile
 from pathlib import Path
 
 import pytest
 
 from conftest import BASE_FILES, REPO_ROOT, TextWitness, format_patch, git, make_wheel, tree_files
-from sglpatch import cli, sources, watch, witnesses
+from sglpatch import cache, cli, sources, watch, witnesses
 from sglpatch.errors import SglpatchError
 from sglpatch.pins import load_pins
 
@@ -163,11 +164,30 @@ def test_a_branch_that_exists_is_refused_not_overwritten(watched, tmp_path):
         watch.open_pull_request(watched.project, report)
 
 
+def _stand_in_release(wheel: Path, dest: Path) -> Path:
+    """``wheel`` copied member for member to ``dest``, plus one file no patch or witness reads."""
+    with zipfile.ZipFile(wheel) as source, zipfile.ZipFile(dest, "w") as copy:
+        for info in source.infolist():
+            copy.writestr(info, source.read(info))
+        added = zipfile.ZipInfo("sglang/stand_in_release.txt", date_time=(2026, 1, 1, 0, 0, 0))
+        added.external_attr = 0o100644 << 16
+        copy.writestr(added, "STAND-IN: sglpatch's watch test made this release from 0.5.23; it does not exist.\n")
+    return dest
+
+
+def _tree_of(pristine) -> str:
+    return git(pristine.repo, "rev-parse", f"{pristine.commit}^{{tree}}").strip()
+
+
 @pytest.mark.network
 def test_watch_end_to_end_on_the_real_series_with_a_stand_in_future_release(tmp_path):
     """The real series, pins and lock, and a file:// index made here holding one future release:
-    STAND-IN -- the real 0.5.23 wheel re-labelled as 0.5.24 (no such release exists yet). The real
-    witnesses run on it; the pull request goes to fake-gh."""
+    STAND-IN -- the real 0.5.23 wheel re-labelled as 0.5.24 (no such release exists yet), with one
+    file added that no patch or witness reads, so its tree is its own: answers are kept by tree,
+    and 0.5.23's would otherwise be taken for it. The real witnesses run on it; the pull request
+    goes to fake-gh. The run keeps its answers in a copy of the answer cache, so the stand-in's
+    are computed in every run (never kept for the next) while the pins the port re-applies reuse
+    theirs."""
     root = tmp_path / "project"
     for part in ("upstream", "patches"):
         shutil.copytree(REPO_ROOT / part, root / part)
@@ -176,8 +196,9 @@ def test_watch_end_to_end_on_the_real_series_with_a_stand_in_future_release(tmp_
     assert newest.version == "0.5.23"
     index = tmp_path / "index"
     index.mkdir()
-    stand_in = index / newest.artifact.replace("0.5.23", "0.5.24")
-    shutil.copy(sources.fetch_artifact(newest), stand_in)
+    stand_in = _stand_in_release(sources.fetch_artifact(newest), index / newest.artifact.replace("0.5.23", "0.5.24"))
+    answers = tmp_path / "answers"
+    shutil.copytree(cache.answers_root(), answers, ignore=shutil.ignore_patterns("*.lock", "*.lock.owner"))
     remote = _git_project(root, tmp_path)
     gh = fake_gh(tmp_path / "bin")
     env = {
@@ -185,6 +206,7 @@ def test_watch_end_to_end_on_the_real_series_with_a_stand_in_future_release(tmp_
         "PATH": f"{gh}{os.pathsep}{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
         "SGLPATCH_INDEX_URL": index.as_uri(),
         "PYTHONPATH": str(REPO_ROOT),
+        cache.ANSWERS_ENV: str(answers),
     }
     env.pop("GITHUB_STEP_SUMMARY", None)
     done = subprocess.run(
@@ -201,6 +223,14 @@ def test_watch_end_to_end_on_the_real_series_with_a_stand_in_future_release(tmp_
     assert by_patch["0002"]["witness_before"].startswith("bug") and by_patch["0002"]["witness_after"].startswith("clean")
     pin = load_pins(root / "upstream" / "pins.toml").select(["0.5.24"])[0]
     assert pin.artifact == stand_in.name and pin.sha256 == sources._sha256(stand_in)
+    # The witnesses ran on the stand-in's own trees in this run: their answers are in this run's
+    # answer folder and were not in the cache it was copied from.
+    pristine = _tree_of(sources.pristine_from_index(pin, index.as_uri()))
+    patched = json.loads((root / "series.lock").read_text())["pins"]["0.5.24"]["tree"]
+    assert pristine != _tree_of(sources.pristine_from_index(newest))
+    for tree, asked in ((pristine, ["mtp-quark-exclude", "rocm-flags", "rocm-guard"]), (patched, ["mtp-quark-exclude", "rocm-flags"])):
+        assert sorted({entry.parent.name for entry in answers.rglob(f"{tree}-*.json")}) == asked, tree
+        assert not list(cache.answers_root().rglob(f"{tree}-*.json")), tree
     (call,) = _calls(gh)
     assert call["args"][call["args"].index("--head") + 1] == "sglpatch-watch/sglang-0.5.24"
     assert "### sglang 0.5.24: every patch classified" in call["body"]
