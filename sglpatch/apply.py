@@ -24,6 +24,7 @@ from pathlib import Path
 import unidiff
 
 from sglpatch import cache, diffs, progress
+from sglpatch.check import patch_problems
 from sglpatch.errors import SglpatchError
 from sglpatch.gitcmd import IDENTITY_EMAIL, IDENTITY_NAME, git_out, run_git
 from sglpatch.lock import check_entry, compare_entry
@@ -68,6 +69,14 @@ class PatchOutcome:
     reverse_applies: bool = False  # the pin already holds exactly this change
     unproven: str = ""  # with --allow-unavailable: why the witness could not prove this outcome
 
+    def witness_record(self) -> dict:
+        """For the lock entry: what the witness answered, with the level it ran at, on the
+        pristine and the patched tree (nothing where no witness ran). How a result was proved,
+        not what it is: ``lock`` compares entries without it."""
+        if not self.witness_before:
+            return {}
+        return {"witness": {"pristine": self.witness_before, "patched": self.witness_after or "-"}}
+
 
 @dataclass
 class PinResult:
@@ -86,7 +95,7 @@ class PinResult:
             "artifact_sha256": artifact_sha256,
             "pristine": self.pristine,
             "patches": [
-                {"name": outcome.name, "status": outcome.status, "commit": outcome.commit}
+                {"name": outcome.name, "status": outcome.status, "commit": outcome.commit, **outcome.witness_record()}
                 for outcome in self.patches
             ],
             "commit": self.commit,
@@ -138,7 +147,8 @@ def apply_pin(
                 if not result.ok:
                     result.error = f"{lock_path}: result for {key} differs from the lock ({check.difference})"
                 return result
-            if not discard_local and not _at(tree_path, result.commit):
+            at = _at(tree_path, result.commit)
+            if not discard_local and not at:
                 _refuse_to_lose_work(tree_path, result.commit)
             check = check_entry(lock_path, key, result.lock_entry(pin.sha256), update_lock)
             result.lock = check.state
@@ -148,7 +158,7 @@ def apply_pin(
                     "run with --update-lock to accept it"
                 )
                 return result
-            _move_branch(tree_path, result.commit)
+            _move_branch(tree_path, result.commit, at)
             result.ok = True
         except SglpatchError as exc:
             result.error = str(exc)
@@ -247,9 +257,10 @@ def local_commits(tree_path: Path, commit: str) -> list[str]:
 
 def _at(tree_path: Path, commit: str) -> bool:
     """The tree has ``commit`` checked out on the sglpatch branch."""
-    head = run_git(["rev-parse", "--verify", "--quiet", "HEAD"], tree_path, check=False).stdout.decode().strip()
-    current_ref = git_out(["symbolic-ref", "--quiet", "HEAD"], tree_path, check=False) if head else ""
-    return head == commit and current_ref == f"refs/heads/{BRANCH}"
+    # One git for both: HEAD's commit, then the ref HEAD names ("HEAD" when detached); an unborn
+    # HEAD fails the call.
+    found = run_git(["rev-parse", "HEAD", "--symbolic-full-name", "HEAD", "--"], tree_path, check=False)
+    return found.returncode == 0 and found.stdout.decode().split()[:2] == [commit, f"refs/heads/{BRANCH}"]
 
 
 def _refuse_to_lose_work(tree_path: Path, commit: str) -> None:
@@ -272,10 +283,12 @@ def _refuse_to_lose_work(tree_path: Path, commit: str) -> None:
         )
 
 
-def _move_branch(tree_path: Path, commit: str) -> None:
+def _move_branch(tree_path: Path, commit: str, at: bool | None = None) -> None:
+    """Check out ``commit`` on the sglpatch branch; ``at``, where given, is ``_at`` asked under
+    the same hold of the tree's lock."""
     git_dir = tree_path / ".git"
     marker = git_dir / UPDATING_MARKER
-    if _at(tree_path, commit) and not marker.exists():
+    if (_at(tree_path, commit) if at is None else at) and not marker.exists():
         return
     marker.write_text(commit + "\n")
     run_git(["update-ref", f"refs/heads/{BRANCH}", commit], tree_path)
@@ -297,7 +310,7 @@ def _inputs_key(
         if run_witnesses
         else []
     )
-    digest = hashlib.sha256(f"sglpatch-apply-4\0{pristine.commit}\0{prints}\0".encode())
+    digest = hashlib.sha256(f"sglpatch-apply-5\0{pristine.commit}\0{prints}\0".encode())
     for name, rendition in renditions:
         digest.update(name.encode() + b"\0" + (rendition.raw if rendition else b"-") + b"\0")
     return digest.hexdigest()
@@ -324,7 +337,7 @@ def _build(
             return
     for name, rendition in selected:
         if rendition is not None:
-            problems = diffs.diff_problems(rendition)
+            problems = patch_problems(rendition, series.directory.parent)
             if problems:
                 raise SglpatchError("; ".join(str(problem) for problem in problems))
     _apply_all(tree_path, pin, pristine, selected, result, run_witnesses, allow_unavailable)

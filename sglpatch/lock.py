@@ -35,25 +35,39 @@ def read_lock(path: Path) -> dict:
     return data
 
 
+WITNESS_RECORD = "witness"  # a patch's record of how its outcome was proved (levels included)
+
+
+def result_of(entry: dict | None) -> dict | None:
+    """The entry without its witness records: what everyone must reproduce. The level a witness
+    could run at depends on the machine (a toolchain installed or not), the result does not."""
+    if entry is None:
+        return None
+    patches = [{k: v for k, v in patch.items() if k != WITNESS_RECORD} for patch in entry.get("patches", [])]
+    return {**entry, "patches": patches}
+
+
 def check_entry(path: Path, key: str, entry: dict, update: bool) -> LockCheck:
-    """Compare ``entry`` with the lock; record it when new or when ``update`` accepts a change."""
+    """Compare ``entry`` with the lock; record it when new or when ``update`` accepts a change
+    (with ``update`` the witness records are written too, even where the result matches)."""
     with entry_lock(path):
         data = read_lock(path)
         old = data["pins"].get(key)
-        if old == entry:
+        if old == entry or (result_of(old) == result_of(entry) and not update):
             return LockCheck("matches")
         if old is not None and not update:
             return LockCheck("mismatch", describe_difference(old, entry))
+        state = "recorded" if old is None else "matches" if result_of(old) == result_of(entry) else "updated"
         data["pins"][key] = entry
         data["pins"] = dict(sorted(data["pins"].items()))
         write_atomically(path, json.dumps(data, indent=2, sort_keys=False) + "\n")
-        return LockCheck("recorded" if old is None else "updated")
+        return LockCheck(state)
 
 
 def compare_entry(path: Path, key: str, entry: dict) -> LockCheck:
     """``entry`` against the lock, writing nothing: "matches", "not in the lock" or "mismatch"."""
     old = read_lock(path)["pins"].get(key)
-    if old == entry:
+    if result_of(old) == result_of(entry):
         return LockCheck("matches")
     if old is None:
         return LockCheck("not in the lock")
@@ -65,6 +79,7 @@ def describe_difference(old: dict, new: dict) -> str:
     for field in ("artifact_sha256", "pristine", "commit", "tree"):
         if old.get(field) != new.get(field):
             lines.append(f"{field}: locked {old.get(field)}, got {new.get(field)}")
+    old, new = result_of(old), result_of(new)
     old_patches = {p["name"]: p for p in old.get("patches", [])}
     for patch in new.get("patches", []):
         locked = old_patches.pop(patch["name"], None)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 from sglpatch.project import ApplyReport
 
 
@@ -9,7 +11,7 @@ def render_apply(report: ApplyReport, report_path: str = "") -> str:
     lines = [f"series v{report.series_version} ({report.series_digest[:12]})", ""]
     for result in report.results:
         state = "ok" if result.ok else "FAILED"
-        lines.append(f"sglang {result.version}: {state}  lock: {result.lock or '-'}")
+        lines.append(f"sglang {result.version}: {state}  lock: {result.lock or '-'}  witnessed at: {witness_levels(result)}")
         if result.patches:
             width = max(len(outcome.name) for outcome in result.patches)
             for outcome in result.patches:
@@ -35,6 +37,25 @@ def render_apply(report: ApplyReport, report_path: str = "") -> str:
     if report_path:
         lines.append(f"report: {report_path}")
     return "\n".join(lines)
+
+
+def witness_levels(result) -> str:
+    """The level each patch's witness ran at on this pin (``[level]`` of its answers), by patch
+    number: how strong the proof behind the line is."""
+    levels: dict[str, list[str]] = {}
+    for outcome in result.patches:
+        for answer in (outcome.witness_before, outcome.witness_after):
+            found = re.search(r"\[([^\]]+)\]$", answer or "")
+            if found and found.group(1) not in levels.setdefault(outcome.name.split("-", 1)[0], []):
+                levels[outcome.name.split("-", 1)[0]].append(found.group(1))
+    shown = [f"{number} {' / '.join(names)}" for number, names in levels.items() if names]
+    if any(name.startswith("include-graph") for names in levels.values() for name in names):
+        shown.append(f"nothing compiled; for hip-compile: {TOOLCHAIN_HINT}")
+    return ", ".join(shown) or "no witness ran"
+
+
+# How a run outside nox gets rocm-guard's compile level (nox's witness sessions install it).
+TOOLCHAIN_HINT = "bash ci/install-hip-toolchain.sh (nox -s apply installs it)"
 
 
 def render_witnesses(report: ApplyReport) -> str:

@@ -523,6 +523,19 @@ def test_apply_never_drops_a_commit_the_user_made_on_the_branch(fake_project, tm
     assert report.ok and not (tree / "mine.txt").exists()
 
 
+@pytest.mark.parametrize("elsewhere", [["checkout", "-q", "--detach"], ["checkout", "-q", "-b", "mine"]])
+def test_a_warm_apply_puts_head_back_on_the_branch_from_a_detached_head_or_another_branch(fake_project, tmp_path, elsewhere):
+    # The tree's commit is right but HEAD is not the sglpatch branch: the warm run must tell the two apart.
+    fake_project.set_patches([("0001-guard.patch", _guard_patch(tmp_path))])
+    assert apply_text(fake_project.project, ["0.1.0"]).ok
+    tree = fake_project.root / "build" / "trees" / "0.1.0"
+    commit = git(tree, "rev-parse", "HEAD").strip()
+    git(tree, *elsewhere)
+    assert apply_text(fake_project.project, ["0.1.0"]).ok
+    assert git(tree, "symbolic-ref", "HEAD").strip() == "refs/heads/sglpatch"
+    assert git(tree, "rev-parse", "HEAD").strip() == commit
+
+
 def test_apply_never_overwrites_an_untracked_file_of_the_user(fake_project, tmp_path):
     fake_project.set_patches([("0001-example.patch", _example_patch(tmp_path))])
     assert apply_text(fake_project.project, ["0.1.0"]).ok
@@ -596,3 +609,36 @@ def test_a_witness_checkout_moved_to_the_next_commit_holds_exactly_that_commit(t
     # A folder something wrote into is not trusted: it is checked out afresh.
     (moved / "stray.txt").write_text("left by a witness\n")
     assert listing(advance_checkout(repo, moved, new, old)) == listing(checkout_commit(repo, old, tmp_path / "old"))
+
+
+def test_the_lock_records_each_witness_and_its_level_but_compares_only_the_result(fake_project, tmp_path):
+    patch = _guard_patch(tmp_path, trailers={"Witness": "guard-text"})
+    fake_project.set_patches([("0001-guard.patch", patch)])
+    report = apply_series(fake_project.project, ["0.1.0"])
+    assert report.ok, report.to_json()
+    lock_path = fake_project.root / "series.lock"
+    entry = json.loads(lock_path.read_text())["pins"]["0.1.0"]["patches"][0]
+    assert entry["witness"] == {"pristine": "bug [text]", "patched": "clean [text]"}
+    from sglpatch.report import render_apply
+
+    assert "witnessed at: 0001 text" in render_apply(report)
+    # Another machine whose witness ran at another level reproduces the same result: it matches.
+    locked = json.loads(lock_path.read_text())
+    locked["pins"]["0.1.0"]["patches"][0]["witness"] = {"pristine": "bug [stronger]", "patched": "clean [stronger]"}
+    lock_path.write_text(json.dumps(locked, indent=2) + "\n")
+    again = apply_series(fake_project.project, ["0.1.0"])
+    assert again.ok and again.results[0].lock == "matches", again.to_json()
+    assert json.loads(lock_path.read_text()) == locked  # nothing rewritten without --update-lock
+    text_only = apply_text(fake_project.project, ["0.1.0"])
+    assert text_only.results[0].lock == "matches" and "no witness ran" in render_apply(text_only)
+
+
+def test_a_pin_line_whose_compile_witness_ran_at_the_include_graph_level_says_how_to_get_the_compile():
+    from sglpatch.apply import PatchOutcome, PinResult
+    from sglpatch.report import witness_levels
+
+    result = PinResult("0.5.14", "t", patches=[
+        PatchOutcome("0001-guard.patch", "applied", witness_before="bug [include-graph gfx942,gfx950]",
+                     witness_after="clean [include-graph gfx942,gfx950]")])
+    line = witness_levels(result)
+    assert line.startswith("0001 include-graph gfx942,gfx950, nothing compiled; for hip-compile: bash ci/install-hip-toolchain.sh")
