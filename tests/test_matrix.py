@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO_ROOT, pristine_subtree, skip_unless_required
+from conftest import REAL_PINS, REPO_ROOT, pristine_subtree, skip_unless_required
 from sglpatch import matrix
 from sglpatch.cli import main
 from sglpatch.pins import load_pins
@@ -271,3 +271,27 @@ def test_the_checkpoint_part_cannot_pass_when_a_module_it_checks_is_missing_from
     answer = {"cases": {"checkpoint": {"draft_prefix": "model", "modules": modules, "missing": ["eh_proj"]}}}
     part = cpu_checks.judge_checkpoint("checkpoint", answer, {"excluded": [], "shape": {}, "mtp_layer": 78})
     assert part.outcome == SKIPPED and "eh_proj" in part.detail, part
+
+
+def test_a_cpu_cells_key_follows_the_toolchain_the_profile_and_the_built_environment(monkeypatch):
+    from types import SimpleNamespace
+
+    from sglpatch import pyenv
+    from sglpatch.matrix import cpu
+    from sglpatch.matrix.cells import Cell
+    from sglpatch.witnesses import rocm_guard
+
+    put = SimpleNamespace(pin=REAL_PINS.newest, patched_tree="p" * 40, pristine_tree="q" * 40)
+    cell = Cell("cpu", "spec", put.pin.version, 5)
+    state = {"toolchain": "include-graph", "built": True, "installed": "numpy 2.3.0"}
+    monkeypatch.setattr(pyenv, "env_built", lambda pin: state["built"])
+    monkeypatch.setattr(pyenv, "env_fingerprint", lambda pin: state["installed"])
+    monkeypatch.setattr(rocm_guard.RocmGuardWitness, "fingerprint", lambda self, pin: state["toolchain"])
+    first = cpu._cell_key(put, cell)
+    assert cpu._cell_key(put, cell) == first
+    state["toolchain"] = "hip-compile gfx942,gfx950"  # the toolchain got installed
+    assert cpu._cell_key(put, cell) != first
+    state["installed"] = "numpy 2.3.1"
+    assert cpu._cell_key(put, cell) not in (first, None)
+    state["built"] = False
+    assert cpu._cell_key(put, cell) is None  # nothing is looked up or kept before the environment exists
