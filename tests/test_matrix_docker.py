@@ -6,8 +6,10 @@ off. Everything else is the tier's own code: the patched image is built from it 
 series applied inside, labelled; a container runs a check command against the patched checkout and
 streams its log; clean-up removes only our containers. For a pin's ROCm job the stand-in also holds
 this machine's Python and a test double of sglang's server (``tests/rocm_standin/``), so the
-in-image scripts run for real: one server container per launch configuration, shared by the
-checks that launch it. Skips, with the reason, where dockerd cannot start.
+in-image scripts run for real: the synthetic checkpoint written in the image by the CPU probes'
+generator, mounted into every server container (the stand-in server reads its config and
+safetensors header), one server container per launch configuration, shared by the checks that
+launch it, four lanes at once. Skips, with the reason, where dockerd cannot start.
 """
 
 from __future__ import annotations
@@ -28,7 +30,6 @@ from sglpatch.matrix import containers, plan, rocm_job
 from sglpatch.matrix import rocm as rocm_tier
 from sglpatch.project import Project
 from sglpatch.matrix.records import FAILED, PASSED, SKIPPED
-from sglpatch.rocm_checks import serve_check
 
 pytestmark = pytest.mark.network  # the real pin's pristine tree comes from the package index
 
@@ -308,54 +309,100 @@ def _ours_left(engine) -> list:
     return engine.containers.list(all=True, filters={"label": rocm_job.LABEL_JOB})
 
 
-def test_a_pins_job_starts_one_server_per_launch_configuration_shared_by_its_checks(engine, project, standin_with_server, tmp_path):
+def test_a_pins_nightly_job_writes_the_synthetic_checkpoint_once_and_serves_it_in_lanes_to_every_check(
+        engine, project, standin_with_server, tmp_path):
+    """One pin's whole ROCm job against the stand-in (a test double of sglang's server, no GPU):
+    the checkpoint written in the image by the CPU probes' generator, mounted into every server,
+    read by each; one server per launch configuration, four lanes at once; every check of the job
+    run and judged by the tier's own code."""
     _forget_server_starts(project)
-    model = _standin_model(tmp_path / "model", {})
+    model = _standin_model(tmp_path / "model", {})  # the full model's folder: no nightly check may use it
     items = rocm_job.items_for("nightly")
+    seen: list[str] = []
     result = rocm_job.run_job(project, PIN, items, _job_options(engine, standin_with_server, model, tmp_path),
-                              event="nightly", on_log=lambda line: None)
+                              event="nightly", on_log=seen.append)
 
-    # The servers the stand-in really started: one per distinct launch configuration, in the order
-    # the grouping plans them, with the profile's environment -- and as many as the CI plan counts.
+    # The checkpoint: written once, in the image (its Python has no transformers), then removed.
+    job_record = json.loads(result.path.read_text())
+    written = job_record["checkpoint"]
+    assert written["folder"] == rocm_tier.CHECKPOINT_INSIDE and written["mtp_layer"] == 4 and "error" not in written
+    assert written["config_from"] == "GLM-5's published fields (no GlmMoeDsaConfig in this Python)"
+    assert sum(line.startswith("# writing the synthetic checkpoint") for line in seen) == 1
+    assert not Path(written["host_folder"]).exists()
+
+    # The servers the stand-in really started: one per distinct launch configuration, as many as
+    # the CI plan counts, each on the mounted checkpoint, which it read: the config's MTP
+    # exclusions and the safetensors header's bf16 MTP tensors, as the generator wrote them.
     started = _server_starts(project)
-    planned = [list(launch.argv) + ["--host", "127.0.0.1", "--port", str(serve_check.PORT)]
-               for group in rocm_job.job_groups(items, model=str(model)) for launch in group.launches]
-    assert [start["argv"] for start in started] == planned
-    assert len({tuple(start["argv"]) for start in started}) == len(started) == 7
+    groups = rocm_job.job_groups(items, model=str(model))
+    planned = sorted(tuple(launch.argv) for group in groups for launch in group.launches)
+    assert sorted(tuple(start["argv"][:-4]) for start in started) == planned  # less --host and --port
+    assert len(set(planned)) == len(started) == 7
     assert {start["SGLANG_USE_AITER"] for start in started} == {"1"}
     nightly = next(job for job in plan.plan(project, "nightly") if job.pin == PIN)
     assert len(nightly.launches) == len(started) == len(result.servers)
+    mtp = "model.layers.4"
+    for start in started:
+        assert start["argv"][start["argv"].index("--model-path") + 1] == rocm_tier.CHECKPOINT_INSIDE
+        assert start["model"]["architectures"] == ["GlmMoeDsaForCausalLM"] and start["model"]["quant_method"] == "quark"
+        assert start["model"]["mtp_excluded"] == sorted(written["excluded"]) == sorted(
+            [f"{mtp}.eh_proj", *(f"{mtp}.mlp.shared_experts.{p}_proj" for p in ("gate", "up", "down"))])
+        assert start["model"]["tensors"] == written["tensors"] and start["model"]["bytes"] + 8 < written["bytes"]
+        assert start["model"]["mtp_bf16"][f"{mtp}.mlp.shared_experts.gate_proj.weight"] == [512, 1024]
+    # Four lanes, each its own GPUs and port, at once: every lane's first server started before
+    # any lane's second.
+    by_lane: dict[str, list[dict]] = {}
+    for start in sorted(started, key=lambda start: start["time"]):
+        by_lane.setdefault(start["HIP_VISIBLE_DEVICES"], []).append(start)
+    assert sorted(by_lane) == ["0,1", "2,3", "4,5", "6,7"]
+    assert max(lane[0]["time"] for lane in by_lane.values()) < min(lane[1]["time"] for lane in by_lane.values() if len(lane) > 1)
+    assert {server["port"] for server in job_record["servers"]} == {30731, 31731, 32731, 33731}
 
-    # One record per cell, on disk; load, the gate and depth 5 were served by one container.
+    # One record per cell, on disk; load and depth 5 were served by one container.
     records = {record.cell_id: record for record in result.records}
     assert list(records) == [item.record_id(PIN) for item in items]
     for cell_id, record in records.items():
         on_disk = json.loads((project.build_dir / "matrix" / "records" / f"{cell_id}.json").read_text())
         assert on_disk["outcome"] == record.outcome and on_disk["image_digest"] == record.image_digest
     served = {cell_id: record.figures["server"]["container"] for cell_id, record in records.items() if "server" in record.figures}
-    shipped = {served[f"rocm-load-{PIN}"], served[f"rocm-accuracy-{PIN}"], served[f"rocm-spec-{PIN}-d5"]}
+    shipped = {served[f"rocm-load-{PIN}"], served[f"rocm-spec-{PIN}-d5"]}
     assert len(shipped) == 1
     others = {served[f"rocm-spec-{PIN}-d{depth}"] for depth in (1, 2, 3, 4, 6)}
     assert len(others) == 5 and not others & shipped
-    assert records[f"rocm-load-{PIN}"].figures["server"]["shared_by"] == [
-        f"load(rocm, {PIN})", f"accuracy(rocm, {PIN})", f"spec(rocm, {PIN}, 5)"]
+    assert records[f"rocm-load-{PIN}"].figures["server"]["shared_by"] == [f"load(rocm, {PIN})", f"spec(rocm, {PIN}, 5)"]
 
     # The checks ran against the stand-in and were judged by the tier's own code.
     for cell_id, record in records.items():
         if cell_id != f"rocm-build-{PIN}":
             assert record.outcome == PASSED, (cell_id, record.parts)
+            assert record.figures["checkpoint"] == "synthetic"
+    load = records[f"rocm-load-{PIN}"]
+    flags = next(part for part in load.parts if part.name == rocm_tier.FLAGS_PART)
+    assert "kv_cache_dtype='fp8_e4m3'" in flags.detail and "tp_size=2" in flags.detail
+    assert any(part.name == rocm_tier.COMPILE_PART and part.outcome == PASSED for part in load.parts)
     spec5 = records[f"rocm-spec-{PIN}-d5"].figures
     assert spec5["accept_length"] == pytest.approx(sum(0.95**k for k in range(6)), abs=1e-3)
-    assert spec5["prefix_match_mean"] == 1.0
-    assert records[f"rocm-accuracy-{PIN}"].figures["accuracy"] == 0.95
+    assert spec5["prefix_match_mean"] == 1.0 and spec5["not_judged"] == ["accept_length", "prefix_match"]
     # The build cell runs in its own container, without a server, and the stand-in has no torch.
     build = records[f"rocm-build-{PIN}"]
     assert build.outcome == FAILED and "No module named 'torch'" in build.reason and "server" not in build.figures
 
-    job_record = json.loads(result.path.read_text())
     assert job_record["server_starts"] == 7 and job_record["image_digest"] == build.image_digest
-    assert all(server["serving"] for server in job_record["servers"])
+    assert all(server["serving"] and server["checkpoint"] == "synthetic" for server in job_record["servers"])
     assert not _ours_left(engine)
+
+
+def test_a_checkpoint_that_cannot_be_written_fails_the_synthetic_cells_and_starts_no_server(engine, project, standin, tmp_path):
+    # The stand-in without Python: the generator cannot run in it.
+    _forget_server_starts(project)
+    model = _standin_model(tmp_path / "model", {})
+    result = rocm_job.run_job(project, PIN, [rocm_job.Item("load")], _job_options(engine, standin, model, tmp_path),
+                              on_log=lambda line: None)
+    (load,) = result.records
+    assert load.outcome == FAILED and "the synthetic checkpoint was not written" in load.reason
+    assert '"python3": executable file not found' in load.reason
+    assert result.servers[0]["serving"] is False and "container" not in result.servers[0]
+    assert not _server_starts(project) and not _ours_left(engine)
 
 
 @pytest.mark.parametrize("behaviour, load_fails, gate_fails", [
@@ -369,7 +416,8 @@ def test_a_failing_check_fails_its_records_and_the_server_container_is_removed(
         engine, project, standin_with_server, tmp_path, behaviour, load_fails, gate_fails):
     _forget_server_starts(project)
     model = _standin_model(tmp_path / "model", behaviour)
-    options = _job_options(engine, standin_with_server, model, tmp_path, cell_timeout=4)
+    # The matrix asked to serve the model folder (not the synthetic checkpoint): load and the gate share a server.
+    options = _job_options(engine, standin_with_server, model, tmp_path, cell_timeout=4, matrix_model=str(model))
     result = rocm_job.run_job(project, PIN, [rocm_job.Item("load"), rocm_job.Item("accuracy")], options,
                               on_log=lambda line: None)
     assert len(_server_starts(project)) == len(result.servers) == 1  # load and the gate share it
@@ -390,7 +438,8 @@ def test_an_interrupted_job_still_removes_its_server_container(engine, project, 
             raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):
-        rocm_job.run_job(project, PIN, [rocm_job.Item("load")], _job_options(engine, standin_with_server, model, tmp_path),
+        rocm_job.run_job(project, PIN, [rocm_job.Item("load")],
+                         _job_options(engine, standin_with_server, model, tmp_path, matrix_model=str(model)),
                          on_log=interrupt_at_the_first_check)
     assert any('"serving": true' in line for line in seen)  # the server was up when the job was stopped
     assert not _ours_left(engine)
@@ -409,8 +458,9 @@ def test_a_spec_cell_alone_starts_its_baselines_once_then_reuses_them(engine, pr
     first = rocm_tier.run_rocm_cell(project, cell, options, on_log=lambda line: None)
     assert first.outcome == PASSED, first.parts
     launches = rocm_job.Launches(str(model))
-    assert [start["argv"][:-4] for start in _server_starts(project)] == [  # less --host and --port
-        list(launches.plain().argv), list(launches.depth(5).argv)]
+    # Two lanes at once: the baselines' server and depth 5's, in either order.
+    assert sorted(start["argv"][:-4] for start in _server_starts(project)) == sorted([  # less --host and --port
+        list(launches.plain().argv), list(launches.depth(5).argv)])
     second = rocm_tier.run_rocm_cell(project, cell, options, on_log=lambda line: None)
     assert second.outcome == PASSED and len(_server_starts(project)) == 3
     assert second.figures["plain_decode_tok_s"] == first.figures["plain_decode_tok_s"]

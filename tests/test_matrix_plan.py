@@ -36,24 +36,67 @@ def test_a_pull_request_runs_the_pins_whose_renditions_changed_and_the_newest():
     assert [job.pin for job in plan.plan(PROJECT, "pr", changed_files=["patches/series"])] == PINS
 
 
-def test_nightly_runs_the_matrix_and_the_gate_per_pin_weekly_the_bench():
+def _nightly_by_hand(d: dict) -> float:
+    """A nightly job's seconds worked out by hand from durations ``d``: the image, the build, the
+    checkpoint, then four lanes at once; spec checks wait for the baselines (lane 0's first
+    server: its start and both baselines)."""
+    start = d["server-start-checkpoint"]
+    ready = start + 2 * d["baseline"]
+    lanes = [
+        ready + start + d["spec"],  # no speculation (both baselines), then depth 3
+        max(start + d["load"], ready) + d["spec"] + start + d["spec"],  # as shipped: load, depth 5; then depth 4
+        max(start, ready) + d["spec"] + start + d["spec"],  # depth 1, then depth 6
+        max(start, ready) + d["spec"],  # depth 2
+    ]
+    return d["image"] + d["build"] + d["checkpoint"] + max(lanes)
+
+
+def test_nightly_runs_the_matrix_on_every_pin_weekly_the_gate_and_the_bench_on_the_newest():
     nightly = plan.plan(PROJECT, "nightly")
     assert [job.pin for job in nightly] == PINS
     job = nightly[0]
     assert job.sessions == [f"build(rocm, {job.pin})", f"load(rocm, {job.pin})",
-                            *[f"spec(rocm, {job.pin}, {d})" for d in range(1, 7)], f"accuracy(rocm, {job.pin})"]
-    # load, accuracy and depth 5 launch the profile as shipped: one server start for the three
+                            *[f"spec(rocm, {job.pin}, {d})" for d in range(1, 7)]]
+    # load and depth 5 launch the profile as shipped: one server start for both
     assert len(job.launches) == 7
-    assert f"profile as shipped: load(rocm, {job.pin}), accuracy(rocm, {job.pin}), spec(rocm, {job.pin}, 5)" in job.launches
+    assert f"profile as shipped (synthetic checkpoint): load(rocm, {job.pin}), spec(rocm, {job.pin}, 5)" in job.launches
     defaults = plan.DEFAULT_SECONDS
-    assert job.seconds == (defaults["image"] + defaults["build"] + defaults["load"] + 6 * defaults["spec"]
-                           + defaults["accuracy"] + 2 * defaults["baseline"] + 7 * defaults["server-start"])
+    assert job.seconds == _nightly_by_hand(defaults)
     assert job.node_hours == round(job.seconds / 3600, 2)
     weekly = plan.plan(PROJECT, "weekly")
-    assert weekly[0].sessions == [f"bench(rocm, {PINS[0]}, serving)", f"bench(rocm, {PINS[0]}, single-stream)"]
-    # serving: one variant; single stream: as shipped and custom-all-reduce, each its own default
-    assert weekly[0].seconds == (defaults["image"] + defaults["bench-serving"] + 2 * defaults["bench-single-stream"]
-                                 + 3 * defaults["server-start"])
+    assert [job.pin for job in weekly] == [PINS[-1]]
+    assert weekly[0].sessions == [f"accuracy(rocm, {PINS[-1]})", f"bench(rocm, {PINS[-1]}, serving)",
+                                  f"bench(rocm, {PINS[-1]}, single-stream)"]
+    # the full model, one server at a time: the gate's; serving: one variant; single stream: as
+    # shipped and custom-all-reduce, each its own default
+    assert weekly[0].seconds == (defaults["image"] + defaults["accuracy"] + defaults["bench-serving"]
+                                 + 2 * defaults["bench-single-stream"] + 4 * defaults["server-start"])
+
+
+def test_the_plan_fits_a_team_budget_nightly_6_pr_0_5_a_job_weekly_8_node_hours():
+    nightly, weekly = plan.plan(PROJECT, "nightly"), plan.plan(PROJECT, "weekly")
+    assert sum(job.node_hours for job in nightly) <= 6
+    assert all(job.node_hours <= 0.5 for job in plan.plan(PROJECT, "pr", changed_files=["patches/series"]))
+    assert sum(job.node_hours for job in weekly) <= 8
+
+
+def test_the_matrix_serves_the_synthetic_checkpoint_in_lanes_and_the_full_model_alone():
+    groups = rocm_job.job_groups(rocm_job.items_for("nightly"))
+    serverless, lanes = rocm_job.phases(groups)
+    assert [[step.kind for step in group.steps] for lane in serverless for group in lane] == [["build"]]
+    assert len(lanes) == rocm_job.NODE_GPUS // rocm_job.SYNTHETIC_TP == 4
+    assert lanes[0][0].baselines  # the baselines' server first, so the other lanes wait least
+    assert all(launch.synthetic and launch.model == rocm_job.CHECKPOINT_INSIDE
+               and launch.argv[launch.argv.index("--tp-size") + 1] == str(rocm_job.SYNTHETIC_TP)
+               for lane in lanes for group in lane for launch in group.launches)
+    assert {rocm_job.lane_resources(lane) for lane in range(4)} == {
+        ("0,1", 30731), ("2,3", 31731), ("4,5", 32731), ("6,7", 33731)}
+    weekly = rocm_job.phases(rocm_job.job_groups(rocm_job.items_for("weekly")))
+    assert all(len(phase) == 1 and len(phase[0]) == 1 for phase in weekly)  # the whole node each
+    assert not any(launch.synthetic for phase in weekly for group in phase[0] for launch in group.launches)
+    # A model asked for the matrix: the profile as shipped (TP8), one server at a time, no checkpoint.
+    full = rocm_job.job_groups(rocm_job.items_for("nightly"), matrix_model="/models/m")
+    assert not rocm_job.needs_checkpoint(full) and all(len(phase) == 1 for phase in rocm_job.phases(full))
 
 
 def _shares(event: str) -> dict[str, list[str]]:
@@ -63,18 +106,21 @@ def _shares(event: str) -> dict[str, list[str]]:
 
 
 def test_load_the_gate_and_depth_5_share_one_server_every_other_launch_its_own_in_each_event():
+    on = " (synthetic checkpoint)"
     for event in ("pr", "nightly"):
         assert _shares(event) == {
-            "no speculative decoding": [rocm_job.BASELINES["greedy"], rocm_job.BASELINES["speed"]],
-            "EAGLE depth 3": ["spec(rocm, X, 3)"],
-            "profile as shipped": ["load(rocm, X)", "accuracy(rocm, X)", "spec(rocm, X, 5)"],
-            **{f"EAGLE depth {d}": [f"spec(rocm, X, {d})"] for d in (1, 2, 4, 6)},
+            "no speculative decoding" + on: [rocm_job.BASELINES["greedy"], rocm_job.BASELINES["speed"]],
+            "EAGLE depth 3" + on: ["spec(rocm, X, 3)"],
+            "profile as shipped" + on: ["load(rocm, X)", "spec(rocm, X, 5)"],
+            **{f"EAGLE depth {d}" + on: [f"spec(rocm, X, {d})"] for d in (1, 2, 4, 6)},
         }
         groups = rocm_job.job_groups(rocm_job.items_for(event))
         assert [step.label("X") for group in groups if not group.launches for step in group.steps] == ["build(rocm, X)"]
         assert groups[0].launches == ()  # the build needs no server and runs first
-    # weekly: the bench, one server per workload variant, as bench_run.py starts them
+    # weekly: the gate on the full model, then the bench, one server per workload variant, as
+    # bench_run.py starts them
     assert _shares("weekly") == {
+        "profile as shipped": ["accuracy(rocm, X)"],
         "serving as-shipped": ["bench(rocm, X, serving)"],
         "single-stream as-shipped": ["bench(rocm, X, single-stream)"],
         "single-stream custom-all-reduce": ["bench(rocm, X, single-stream)"],
@@ -82,16 +128,21 @@ def test_load_the_gate_and_depth_5_share_one_server_every_other_launch_its_own_i
 
 
 def test_sharing_follows_from_equal_launch_configurations_not_from_names():
-    launches = rocm_job.Launches("/models/m")
+    launches = rocm_job.Launches("/models/m", matrix_model="/models/m")
     shipped = launches.shipped()
     assert launches.depth(5) == shipped == launches.gate()  # equal argv and environment
     assert shipped.argv == tuple(load_profile(PROFILE).server_args("/models/m"))
     assert dict(shipped.env) == load_profile(PROFILE).env
     assert all(launches.depth(d) != shipped for d in (1, 2, 3, 4, 6))
     assert not any(arg.startswith("--speculative") for arg in launches.plain().argv)
-    for event in plan.EVENTS:  # within a job, no configuration is started twice
-        job = [launch for group in rocm_job.job_groups(rocm_job.items_for(event)) for launch in group.launches]
+    for event in plan.EVENTS:  # within a job, the job starts no configuration twice
+        groups = rocm_job.job_groups(rocm_job.items_for(event))
+        job = [launch for group in groups if group.steps[0].kind != "bench" for launch in group.launches]
         assert job and len(set(job)) == len(job)
+    # Known, and counted by the estimate: the weekly gate launches what the single-stream bench's
+    # as-shipped variant launches, and bench_run.py starts its own servers, so it starts twice.
+    weekly = rocm_job.job_groups(rocm_job.items_for("weekly"))
+    assert weekly[0].launches[0] == weekly[-1].launches[0] and rocm_job.server_starts(weekly) == 4
 
 
 def test_a_cell_alone_starts_only_the_servers_it_needs():
@@ -103,7 +154,11 @@ def test_a_cell_alone_starts_only_the_servers_it_needs():
     assert starts(rocm_job.Item("spec", 5)) == 2  # no speculation (both baselines), then depth 5
     assert starts(rocm_job.Item("spec", 3)) == 2  # depth 3 is compared with the non-speculative decode too
     assert starts(rocm_job.Item("spec", 5), baselines_known=True) == 1
-    assert starts(rocm_job.Item("load"), rocm_job.Item("accuracy"), rocm_job.Item("spec", 5), baselines_known=True) == 1
+    # The gate serves the full model; load and depth 5 the synthetic checkpoint, unless the matrix
+    # is asked to serve the same model.
+    assert starts(rocm_job.Item("load"), rocm_job.Item("accuracy"), rocm_job.Item("spec", 5), baselines_known=True) == 2
+    assert starts(rocm_job.Item("load"), rocm_job.Item("accuracy"), rocm_job.Item("spec", 5), baselines_known=True,
+                  model="/models/m", matrix_model="/models/m") == 1
 
 
 def test_the_plan_counts_exactly_the_server_starts_of_the_jobs_grouping():
@@ -112,9 +167,13 @@ def test_the_plan_counts_exactly_the_server_starts_of_the_jobs_grouping():
         for job in plan.plan(PROJECT, event):
             assert len(job.launches) == rocm_job.server_starts(groups)
             assert job.groups == groups
-        without = plan.estimate(event, PINS[-1], {"server-start": 0.0})
-        with_one = plan.estimate(event, PINS[-1], {"server-start": 1.0})
-        assert with_one.seconds - without.seconds == rocm_job.server_starts(groups)
+        # One second more a start costs a second a start in turn: the full model's starts all,
+        # the synthetic checkpoint's those of the longest lane (two).
+        zero = {"server-start": 0.0, "server-start-checkpoint": 0.0}
+        full = plan.estimate(event, PINS[-1], {**zero, "server-start": 1.0}).seconds - plan.estimate(event, PINS[-1], zero).seconds
+        small = plan.estimate(event, PINS[-1], {**zero, "server-start-checkpoint": 1.0}).seconds - plan.estimate(event, PINS[-1], zero).seconds
+        assert full == sum(len(group.launches) for group in groups if not group.synthetic)
+        assert small == (2 if rocm_job.needs_checkpoint(groups) else 0)
 
 
 def test_recorded_durations_replace_the_defaults_and_the_plan_says_so(tmp_path):
@@ -123,12 +182,20 @@ def test_recorded_durations_replace_the_defaults_and_the_plan_says_so(tmp_path):
             {"tier": "rocm", "check": check, "pin": "0.5.23", "outcome": "passed", "seconds": seconds}))
     (tmp_path / "skipped.json").write_text(json.dumps({"tier": "rocm", "check": "spec", "outcome": "skipped", "seconds": 1}))
     (tmp_path / "rocm-job-0.5.23-nightly.json").write_text(json.dumps({
-        "kind": "rocm-job", "pin": "0.5.23", "image_s": 600.0,
-        "servers": [{"serving": True, "seconds": 700.0}, {"serving": True, "seconds": 500.0}, {"serving": False, "seconds": 3.0}],
+        "kind": "rocm-job", "pin": "0.5.23", "image_s": 600.0, "checkpoint": {"seconds": 30.0},
+        "servers": [{"serving": True, "seconds": 700.0, "checkpoint": "synthetic"},
+                    {"serving": True, "seconds": 500.0, "checkpoint": "synthetic"},
+                    {"serving": True, "seconds": 2000.0, "checkpoint": "model"}, {"serving": False, "seconds": 3.0}],
         "baselines": [{"seconds": 50.0, "error": ""}, {"seconds": 70.0, "error": ""}]}))
     job = plan.plan(PROJECT, "nightly", records_dir=tmp_path)[-1]
-    assert job.seconds == 600 + 100 + 1000 + 6 * 500 + 2000 + 2 * 60 + 7 * 600
-    assert {"spec: recorded", "server-start: recorded", "image: recorded", "baseline: recorded"} <= set(job.sources)
+    recorded = {"image": 600, "build": 100, "checkpoint": 30, "server-start-checkpoint": 600, "load": 1000, "spec": 500,
+                "baseline": 60}
+    assert job.seconds == _nightly_by_hand(recorded)
+    assert {"spec: recorded", "server-start-checkpoint: recorded", "image: recorded", "baseline: recorded",
+            "checkpoint: recorded"} <= set(job.sources)
+    weekly = plan.plan(PROJECT, "weekly", records_dir=tmp_path)[-1]
+    assert weekly.figures["server-start"] == plan.RECORDED and weekly.figures["accuracy"] == plan.RECORDED
+    assert weekly.seconds == 600 + 4 * 2000 + 2000 + plan.DEFAULT_SECONDS["bench-serving"] + 2 * plan.DEFAULT_SECONDS["bench-single-stream"]
     text = plan.render([job], "nightly")
     assert f"estimated {job.node_hours:.2f} node-hours" in text and 'nox -s "spec(rocm, 0.5.23, 5)"' in text
     assert 'nox -s "rocm-job(0.5.23)" -- --event nightly' in text
@@ -146,10 +213,11 @@ def test_a_plan_mixing_recorded_and_default_durations_says_which_are_which_as_an
     jobs = plan.plan(PROJECT, "pr", records_dir=records)
     job = jobs[-1]
     assert job.figures["spec"] == plan.RECORDED
-    assert {job.figures[key] for key in ("image", "server-start", "build", "load", "accuracy", "baseline")} == {plan.DEFAULT}
+    assert {job.figures[key] for key in ("image", "server-start-checkpoint", "checkpoint", "build", "load", "baseline")} == {
+        plan.DEFAULT}
     said = job.estimate_from()
     assert said == ("recorded durations: spec; stated defaults (sglpatch.matrix.plan.DEFAULT_SECONDS, not measured): "
-                    "accuracy, baseline, build, image, load, server-start")
+                    "baseline, build, checkpoint, image, load, server-start-checkpoint")
     # text: the total and every job say "estimated", and the total says what it was estimated from
     text = plan.render(jobs, "pr")
     head, *rest = text.splitlines()
@@ -192,13 +260,14 @@ def test_single_stream_variants_are_recorded_and_estimated_separately_never_aver
     job = plan.plan(PROJECT, "weekly", records_dir=records)[0]
     defaults = plan.DEFAULT_SECONDS
     # Both variants run, each its own server: 1000 + 3000 s, not their mean (2000) once.
-    assert job.seconds == defaults["image"] + defaults["bench-serving"] + 1000 + 3000 + 3 * defaults["server-start"]
+    gate = defaults["server-start"] + defaults["accuracy"]
+    assert job.seconds == defaults["image"] + gate + defaults["bench-serving"] + 1000 + 3000 + 3 * defaults["server-start"]
     assert job.figures["bench-single-stream as-shipped"] == job.figures["bench-single-stream custom-all-reduce"] == plan.RECORDED
     assert job.figures["bench-serving as-shipped"] == plan.DEFAULT
     # One variant recorded: the other keeps its default, and says so.
     (records / "bench-single-stream-custom-all-reduce.json").unlink()
     job = plan.plan(PROJECT, "weekly", records_dir=records)[0]
-    assert job.seconds == (defaults["image"] + defaults["bench-serving"] + 1000 + defaults["bench-single-stream"]
+    assert job.seconds == (defaults["image"] + gate + defaults["bench-serving"] + 1000 + defaults["bench-single-stream"]
                            + 3 * defaults["server-start"])
     assert job.figures["bench-single-stream custom-all-reduce"] == plan.DEFAULT
     assert "recorded durations: bench-single-stream as-shipped;" in job.estimate_from()
@@ -277,3 +346,25 @@ def test_the_runner_labels_are_configurable():
                          capture_output=True, text=True, check=True).stdout
     runner = next(line for line in out.splitlines() if line.startswith("runner="))
     assert json.loads(runner.removeprefix("runner=")) == ["self-hosted", "linux-mi30x-gpu-2"]
+
+
+def test_the_readme_states_exactly_what_sglpatch_matrix_plan_prints(tmp_path):
+    """The README's plan figures are the plan's own: its generated block equals the first line
+    `sglpatch matrix plan` prints for each event (no records: every figure a default), and every
+    node-hour figure anywhere in the README is one the plan prints."""
+    readme = (REPO_ROOT / "README.md").read_text()
+    block = readme.split("<!-- sglpatch matrix plan: generated figures, kept equal by tests/test_matrix_plan.py -->\n")[1]
+    block = block.split("<!-- end of generated figures -->")[0]
+    empty = tmp_path / "no-records"
+    empty.mkdir()
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": os.environ.get("HOME", str(tmp_path)),
+           "LANG": "C.UTF-8", "PYTHONDONTWRITEBYTECODE": "1"}
+    printed, expected = [], []
+    for event in ("nightly", "pr", "weekly"):
+        out = subprocess.run([sys.executable, "-m", "sglpatch", "matrix", "plan", "--event", event, "--records", str(empty)],
+                             cwd=REPO_ROOT, capture_output=True, text=True, check=True, env=env, timeout=300).stdout
+        printed += out.splitlines()
+        expected += [f"$ sglpatch matrix plan --event {event}", out.splitlines()[0]]
+    assert block == "```\n" + "\n".join(expected) + "\n```\n"
+    figures = set(re.findall(r"(\d+\.\d\d) node-hours", "\n".join(printed)))
+    assert set(re.findall(r"(\d+\.\d\d) node-hours", readme)) <= figures

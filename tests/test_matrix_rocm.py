@@ -6,6 +6,8 @@ import json
 import py_compile
 from pathlib import Path
 
+import pytest
+
 from sglpatch import matrix
 from sglpatch.matrix import containers
 from sglpatch.matrix import rocm as rocm_tier
@@ -262,3 +264,210 @@ def test_a_start_the_engine_fumbled_is_tried_again_and_a_real_refusal_is_not(mon
     assert "/dev/kfd" in containers.start(refused, said.append) and refused.starts == 1
     broken = _Created(hiccup, hiccup, hiccup)
     assert containers.start(broken, said.append) == hiccup and broken.starts == containers.START_TRIES
+
+
+# -- the bug-level cells' synthetic checkpoint and what the synthetic servers are judged on -------
+
+PROBES = Path(rocm_tier.CHECKPOINT_SCRIPTS[0]).parent
+
+
+def _serve_check():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("serve_check_under_test", rocm_tier.CHECK_SCRIPTS / "serve_check.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_rocm_checkpoint_holds_every_tensor_mxfp4_packed_and_the_mtp_shared_expert_bf16_at_full_width(tmp_path):
+    import os
+    import struct
+    import subprocess
+    import sys
+
+    from sglpatch.witnesses.probes.quark_checkpoint import read_safetensors_header
+
+    out = tmp_path / "ckpt"
+    # The generator as the job runs it (a script beside its sibling, the standard library only).
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "PYTHONNOUSERSITE": "1", "PYTHONDONTWRITEBYTECODE": "1"}
+    done = subprocess.run([sys.executable, "-s", str(PROBES / "glm_checkpoint.py"), str(out), "--size", "rocm"],
+                          capture_output=True, text=True, timeout=600, env=env)
+    assert done.returncode == 0, done.stderr
+    said = json.loads(done.stdout.splitlines()[-1])
+    config = json.loads((out / "config.json").read_text())
+    header = read_safetensors_header(str(out / "model.safetensors"))
+    layers, h, inter = config["num_hidden_layers"], config["hidden_size"], config["moe_intermediate_size"]
+    assert config["architectures"] == ["GlmMoeDsaForCausalLM"] and config["num_nextn_predict_layers"] == 1
+    assert said["mtp_layer"] == layers == 4 and said["tensors"] == len(header)
+    assert said["bytes"] == (out / "model.safetensors").stat().st_size < 2 * 2**30  # "a few GB at most"
+    # What the ROCm kernels are built for stays GLM-5's.
+    assert (config["kv_lora_rank"], config["qk_rope_head_dim"], config["qk_nope_head_dim"], config["v_head_dim"]) == (512, 64, 192, 256)
+    assert (config["n_routed_experts"], config["num_experts_per_tok"], config["index_head_dim"]) == (256, 8, 128)
+    # Per rank at TP2 what GLM-5 has per rank at TP8 (the write-up's single-stream layout).
+    assert config["num_attention_heads"] // rocm_job.SYNTHETIC_TP == 64 // 8
+    assert config["moe_intermediate_size"] // rocm_job.SYNTHETIC_TP == 2048 // 8
+    # Quark's exclude list: the MTP layer's shared expert and eh_proj by their checkpoint names,
+    # nothing of the routed experts or the other layers' shared experts.
+    mtp = f"model.layers.{layers}"
+    exclude = config["quantization_config"]["exclude"]
+    assert config["quantization_config"]["quant_method"] == "quark"
+    assert {f"{mtp}.mlp.shared_experts.gate_proj", f"{mtp}.mlp.shared_experts.up_proj",
+            f"{mtp}.mlp.shared_experts.down_proj", f"{mtp}.eh_proj", "lm_head"} <= set(exclude)
+    assert not any(".experts." in name or name.startswith("model.layers.3.mlp") for name in exclude)
+    # bf16 at full width where excluded; MXFP4 as Quark stores it (two codes a byte, a scale per 32) elsewhere.
+    assert header[f"{mtp}.mlp.shared_experts.gate_proj.weight"] == {**header[f"{mtp}.mlp.shared_experts.gate_proj.weight"],
+                                                                   "dtype": "BF16", "shape": [inter, h]}
+    assert f"{mtp}.mlp.shared_experts.gate_proj.weight_scale" not in header
+    assert header[f"{mtp}.eh_proj.weight"]["shape"] == [h, 2 * h] and header[f"{mtp}.eh_proj.weight"]["dtype"] == "BF16"
+    shared = header["model.layers.3.mlp.shared_experts.gate_proj.weight"]
+    assert (shared["dtype"], shared["shape"]) == ("U8", [inter, h // 2])
+    assert header["model.layers.3.mlp.shared_experts.gate_proj.weight_scale"]["shape"] == [inter, h // 32]
+    for layer in range(config["first_k_dense_replace"], layers + 1):  # every routed expert of every MoE layer
+        for expert in (0, 255):
+            assert header[f"model.layers.{layer}.mlp.experts.{expert}.down_proj.weight"]["shape"] == [h, inter // 2]
+    assert sum(name.endswith(".experts.17.up_proj.weight_scale") for name in header) == layers
+    assert {f"{mtp}.{name}.weight" for name in ("enorm", "hnorm", "embed_tokens", "shared_head.norm", "shared_head.head")} <= set(header)
+    # Random bf16 is finite: no exponent of all ones, read straight from the file.
+    info = header[f"{mtp}.mlp.shared_experts.down_proj.weight"]
+    with open(out / "model.safetensors", "rb") as handle:
+        (length,) = struct.unpack("<Q", handle.read(8))
+        handle.seek(8 + length + info["data_offsets"][0])
+        values = struct.unpack(f"<{h * inter}H", handle.read(2 * h * inter))
+    # every sign, both exponents (2^-7, 2^-6) and every mantissa: 512 values, none of them NaN or infinite
+    assert all((value >> 7) & 0xFF != 0xFF for value in values) and len(set(values)) == 512
+    tokenizer = json.loads((out / "tokenizer.json").read_text())
+    assert len(tokenizer["model"]["vocab"]) == config["vocab_size"] == 512
+    # The final norms of target and draft are zero: every logit 0, greedy token 0 from both ("!"),
+    # so every draft is accepted; the norms before them are ones.
+    with open(out / "model.safetensors", "rb") as handle:
+        for name, value in (("model.norm.weight", 0), (f"{mtp}.shared_head.norm.weight", 0), (f"{mtp}.enorm.weight", 0x3F80)):
+            start, end = header[name]["data_offsets"]
+            handle.seek(8 + length + start)
+            assert set(struct.unpack(f"<{h}H", handle.read(end - start))) == {value}, name
+    assert tokenizer["model"]["vocab"]["!"] == 0
+    assert tokenizer["model"]["vocab"]["<|eos|>"] == config["eos_token_id"] == 257
+
+
+def test_the_synthetic_tp_is_the_one_the_checkpoint_is_sized_for():
+    import re
+
+    sized = re.search(r"^ROCM_TP = (\d+)$", (PROBES / "glm_checkpoint.py").read_text(), re.MULTILINE)
+    assert int(sized.group(1)) == rocm_job.SYNTHETIC_TP
+    launch = rocm_job.Launches().shipped()
+    assert launch.synthetic and launch.argv[launch.argv.index("--tp-size") + 1] == str(rocm_job.SYNTHETIC_TP)
+    assert rocm_tier.RocmOptions(matrix_model=None).synthetic and not rocm_tier.RocmOptions(matrix_model="/m").synthetic
+
+
+def test_the_cpu_probes_checkpoint_is_unchanged_at_its_own_size():
+    # The CPU tier's cached answers depend on these bytes: the default size still writes the MTP
+    # tensors alone, the same seed, the same layout as before the ROCm size was added.
+    import hashlib
+    import tempfile
+
+    from sglpatch.witnesses.probes import quark_checkpoint
+
+    with tempfile.TemporaryDirectory() as folder:
+        quark_checkpoint.save_bf16_tensors(folder, {"model.layers.78.eh_proj.weight": (64, 128)}, seed=78)
+        data = Path(folder, "model-mtp.safetensors").read_bytes()
+    assert hashlib.sha256(data).hexdigest()[:16] == "0fde70737c74f97b"  # from the code before (de2e803)
+
+
+def test_a_failed_compile_of_the_metadata_kernel_fails_load_and_spec_and_a_repeat_is_named_retried():
+    serve_check = _serve_check()
+    line = ("ERROR Failed to compile JIT fused metadata copy multi kernel (has_real_page_table=True, has_flashmla=False): "
+            "fatal error: 'cuda_runtime.h' file not found")
+    log = "\n".join(["loading", line, "Warning: Multi-backend fused metadata copy kernel failed with error: x, falling back to loop.", line])
+    findings = serve_check.log_findings(log)
+    assert findings["compile_failures"] == 3 and findings["compile_failure_line"] == line[:300]
+    for check, depth in (("spec", 5), ("load", None)):
+        figures = {**_spec_figures(), **findings, "generate": "x", "flags_asked": {}}
+        record = CellRecord("rocm", check, "0.5.14", depth, "2", "ab" * 32, "skipped")
+        rocm_tier.judge_figures(matrix.Cell("rocm", check, "0.5.14", depth), figures, record, synthetic=True)
+        part = next(p for p in record.parts if p.name == rocm_tier.COMPILE_PART)
+        assert part.outcome == FAILED and "3 failed compile(s) (retried: the failure is not cached)" in part.detail
+    assert serve_check.log_findings("all fine")["compile_failures"] == 0
+
+
+def test_on_the_synthetic_checkpoint_accept_length_and_greedy_agreement_are_recorded_not_judged():
+    figures = _spec_figures(accept_length=1.02, prefix_match=[0.1, 0.3], exact_match=0, compile_failures=0)
+    record = CellRecord("rocm", "spec", "0.5.14", 6, "2", "ab" * 32, "skipped")
+    rocm_tier.judge_figures(matrix.Cell("rocm", "spec", "0.5.14", 6), figures, record, synthetic=True)
+    assert set(_outcomes(record).values()) == {PASSED}, record.parts
+    assert not any(p.name.startswith(("accept length", "greedy outputs")) for p in record.parts)
+    assert record.figures["accept_length"] == 1.02 and record.figures["prefix_match_mean"] == 0.2
+    assert record.figures["not_judged"] == ["accept_length", "prefix_match"] and record.figures["checkpoint"] == "synthetic"
+    # The same figures on the full model fail both.
+    full = CellRecord("rocm", "spec", "0.5.14", 6, "2", "ab" * 32, "skipped")
+    rocm_tier.judge_figures(matrix.Cell("rocm", "spec", "0.5.14", 6), dict(figures), full)
+    assert [p.name for p in full.parts if p.outcome == FAILED] == [
+        "greedy outputs against the non-speculative run", f"accept length at least {rocm_tier.ACCEPT_LENGTH_FLOORS[6]}"]
+
+
+def test_the_launchs_flags_are_read_back_from_the_server_and_one_it_runs_otherwise_fails_load():
+    serve_check = _serve_check()
+    argv = list(rocm_job.Launches().shipped().argv)
+    asked = serve_check.flags_asked(argv)
+    assert asked == {"kv_cache_dtype": "fp8_e4m3", "enable_aiter_allreduce_fusion": True, "speculative_num_steps": 5,
+                     "tp_size": rocm_job.SYNTHETIC_TP}
+    # Flat before 0.5.17, in namespaces after: found either way.
+    nested = {"server_args": {"exec": {"comm": {"enable_aiter_allreduce_fusion": True}}, "kv_cache_dtype": "auto"}}
+    assert serve_check.find_fields(nested, set(asked)) == {"kv_cache_dtype": "auto", "enable_aiter_allreduce_fusion": True}
+
+    def part(resolved, findings=()):
+        return rocm_tier.flags_part({"flags_asked": asked, "flags_resolved": resolved, "flag_findings": list(findings)})
+
+    assert part(dict(asked)).outcome == PASSED
+    said = part(dict(asked), ["--enable-aiter-allreduce-fusion has no effect: custom all-reduce is disabled"])
+    assert said.outcome == PASSED and "has no effect" in said.detail  # recorded beside, not a failure
+    wrong = part({**asked, "kv_cache_dtype": "bfloat16"})
+    assert wrong.outcome == FAILED and "kv_cache_dtype: asked 'fp8_e4m3', the server runs 'bfloat16'" in wrong.detail
+    unknown = part({key: value for key, value in asked.items() if key != "tp_size"})
+    assert unknown.outcome == "skipped" and "tp_size" in unknown.detail
+
+
+@pytest.fixture(scope="module")
+def rocm_checkpoint(tmp_path_factory):
+    import os
+    import subprocess
+    import sys
+
+    out = tmp_path_factory.mktemp("rocm-checkpoint") / "ckpt"
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "PYTHONNOUSERSITE": "1", "PYTHONDONTWRITEBYTECODE": "1"}
+    subprocess.run([sys.executable, "-s", str(PROBES / "glm_checkpoint.py"), str(out), "--size", "rocm"],
+                   check=True, capture_output=True, timeout=600, env=env)
+    return out
+
+
+@pytest.mark.network
+@pytest.mark.parametrize("patched", [False, True], ids=["pristine", "patched"])
+@pytest.mark.parametrize("version", ["0.5.14", "0.5.23"])
+def test_the_pins_own_sglang_builds_the_rocm_checkpoints_draft_wrong_until_patched(version, patched, rocm_checkpoint, tmp_path):
+    """The checkpoint the ROCm job writes, read on CPU by the pin's own sglang (the MTP witness's
+    probe, gfx950 emulated): the draft layer's modules, their quant methods and how their tensors
+    load. What only the ROCm runner adds is the server around it."""
+    from conftest import REAL_PINS, apply_rendition, pristine_subtree, skip_unless_required
+    from sglpatch import pyenv
+    from sglpatch.witnesses import mtp_exclude
+
+    pin = REAL_PINS.select([version])[0]
+    tree = pristine_subtree(version, tmp_path / "tree")
+    if patched:
+        tree = apply_rendition(tree, "0002-quark-keep-mtp-draft-excluded-modules-unquantized.patch", version)
+    try:
+        answer = mtp_exclude.resolve_mtp_modules(tree, pin, checkpoint=rocm_checkpoint)
+    except pyenv.EnvUnavailable as exc:
+        skip_unless_required(f"the pin's CPU Python cannot be built here: {exc}")
+    case = answer["cases"]["checkpoint"]
+    assert "error" not in case or not case["error"], case
+    modules = case["modules"]
+    if patched:
+        for name in ("shared_experts.gate_up_proj", "shared_experts.down_proj", "eh_proj", "self_attn.o_proj"):
+            assert (modules[name]["quant_method"], modules[name]["load"]) == ("UnquantizedLinearMethod", "ok"), (name, modules[name])
+        assert modules["shared_experts.gate_up_proj"]["prefix"] == "model.decoder.mlp.shared_experts.gate_up_proj"
+    else:
+        # The bring-up's bug: the bf16 shared expert built into the MXFP4 routed experts, not as
+        # its own bf16 module; on 0.5.14 eh_proj too is built MXFP4 and its load refused.
+        assert modules["shared_experts.gate_up_proj"]["load"] in ("fused", "shape-mismatch", "silent-wrong")
+        if version == "0.5.14":
+            assert modules["eh_proj"]["load"] == "shape-mismatch", modules["eh_proj"]

@@ -199,6 +199,7 @@ class RunOptions:
     mounts: dict[str, tuple[str, str]] = field(default_factory=dict)  # host path -> (container path, "ro"/"rw")
     network: str = "host"  # the check talks to its own server on localhost; "none" isolates it
     timeout: int = 3600
+    user: str = ""  # "uid:gid" for files written into a mount the host must remove later; "" the image's
 
 
 # The engine's own failures to set a container up (runc or the shim losing a race under load), not
@@ -235,6 +236,8 @@ def run_check(
     kwargs = dict(GPU_RUN_OPTIONS) if options.gpu else {}
     env = {**(GPU_ENV if options.gpu else {}), **options.env}
     volumes = {host: {"bind": inside, "mode": mode} for host, (inside, mode) in options.mounts.items()}
+    if options.user:
+        kwargs["user"] = options.user
     container = client.containers.create(
         image,
         command,

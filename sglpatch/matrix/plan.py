@@ -2,12 +2,16 @@
 
 One job per pin on one runner (a whole 8-GPU node), run by ``sglpatch matrix job PIN --event E``
 (``sglpatch.matrix.rocm_job``): the patched image is built once, each server is started once per
-distinct launch configuration and shared by the checks that launch the same one, the checks run in
-sequence. Events:
+distinct launch configuration and shared by the checks that launch the same one. The matrix cells
+serve the synthetic checkpoint the job writes (four TP2 servers on the node at once, in lanes);
+the full model serves the gate and the bench, one server at a time. Events:
 
-- ``pr``: the pins whose patch renditions changed, plus the newest pin; the matrix and the gate;
-- ``nightly``: every pin; the matrix and the gate;
-- ``weekly`` (and on demand): every pin; the bench (serving sweep and single stream).
+- ``pr``: the pins whose patch renditions changed, plus the newest pin; the matrix (build, load,
+  spec depths 1-6) on the synthetic checkpoint;
+- ``nightly``: every pin; the same;
+- ``weekly`` (and a manual run of the workflow): the newest pin; the full model's accuracy gate
+  and the bench (serving sweep and single stream). Any other pin on demand:
+  ``sglpatch matrix job PIN --event weekly``.
 
 Node-hours are estimates, and every place that shows them says so (the text, ``--json``, the
 GitHub outputs): from recorded durations (the ``seconds`` of ROCm cell records, the job records'
@@ -15,10 +19,10 @@ image builds, server starts and baselines, each bench record's runs) where there
 from the stated defaults below, and each estimate names which of its figures were recorded and
 which are defaults. A bench workload is estimated per launch variant (single stream: as shipped
 and custom-all-reduce, each its own record and server), so two variants' records are never
-averaged into one. A server start loads a model of
-several hundred gigabytes, so the estimate counts exactly the starts the job makes:
-``rocm_job.job_groups`` decides them for both (load, accuracy and the depth-5 spec cell launch the
-profile as shipped and share one).
+averaged into one. The estimate counts exactly the server starts the job makes and the order it
+makes them in: ``rocm_job.job_groups`` and ``rocm_job.phases`` decide both for the runner and the
+estimate (load and the depth-5 spec cell launch the profile as shipped and share one; lanes run at
+once, so a phase of lanes costs its longest lane, spec checks waiting for the baselines).
 """
 
 from __future__ import annotations
@@ -31,20 +35,35 @@ from pathlib import Path
 from packaging.version import Version
 
 from sglpatch.matrix import rocm_job
+from sglpatch.processes import user_git_env
 from sglpatch.project import Project
 
 EVENTS = ("pr", "nightly", "weekly")
 DEFAULT_RUNNER = ["self-hosted", "linux-mi35x-gpu-8"]
-# Seconds, where no record says otherwise. Stated, not measured: no ROCm runner has run them yet.
+# Seconds, where no record says otherwise. Stated, not measured: no ROCm runner has run them yet;
+# the first job record of a runner replaces each with what it took.
 DEFAULT_SECONDS = {
-    "image": 1800,  # pull the released ROCm image (tens of GB) and apply the series
-    "server-start": 900,  # load the MXFP4 model (hundreds of GB) and warm up
-    "build": 300,
-    "load": 120,  # a check's own time, against a server already up
-    "spec": 600,  # greedy prompts, accept length, decode speed, a burst of 32
-    "accuracy": 1200,  # 200 GSM8K questions
-    "baseline": 120,  # the spec cells' greedy outputs or decode speed, both without speculation
-    # The bench, per launch variant (each its own server and record):
+    # The released image (tens of GB) is pulled once per runner and kept by its engine, so a job
+    # pays the layer-cache lookup and the series' own layer (git apply, the check scripts); the
+    # first pull on a fresh runner (~10-20 min) is not a per-job cost and is not counted.
+    "image": 120,
+    # glm_checkpoint.py --size rocm writes 1.0 GB of seeded random bytes: 4-8 s with the standard
+    # library, 18 s with transformers' import, on the 2-core development machine (shared); with a
+    # container's start and a slower disk, a minute.
+    "checkpoint": 60,
+    # A TP2 server of the 1.0 GB synthetic checkpoint: Python, torch and two ranks' distributed
+    # start (~40 s), weights in seconds, CUDA graphs of target and draft and the kernels' JIT load
+    # from the image (~1-2 min): 2-3 minutes, the upper end taken.
+    "server-start-checkpoint": 180,
+    "server-start": 900,  # the full MXFP4 model (hundreds of GB) from local disk at TP8, and warm-up
+    "build": 180,  # hipcc of the series' JIT kernel headers in the image (~1 min each, torch's import)
+    # A check's own time, against a server already up, on the synthetic checkpoint: a container's
+    # start and some hundred tokens of a model that decodes far faster than GLM-5.2.
+    "load": 60,  # one generate and /server_info
+    "spec": 120,  # 8 greedy prompts of 64 tokens, a decode of 512, a burst of 32 x 128
+    "baseline": 60,  # the spec cells' greedy outputs or decode speed, both without speculation
+    "accuracy": 1200,  # 200 GSM8K questions, 5-shot, on the full model
+    # The bench, per launch variant (each its own server and record), on the full model:
     "bench-serving": 2 * 3600,  # six rates of ~2 minutes each, then upward to the knee, warm-ups
     "bench-single-stream": 1200,  # 16 requests of 10k in / 1.5k out, one at a time
 }
@@ -126,9 +145,13 @@ def recorded_seconds(records_dir: Path | None) -> dict[str, float]:
         elif data.get("kind") == "rocm-job":
             if data.get("image_s"):
                 totals.setdefault("image", []).append(float(data["image_s"]))
+            checkpoint = data.get("checkpoint") or {}
+            if checkpoint.get("seconds") and not checkpoint.get("error"):
+                totals.setdefault("checkpoint", []).append(float(checkpoint["seconds"]))
             for server in data.get("servers", []):
                 if server.get("serving") and server.get("seconds"):
-                    totals.setdefault("server-start", []).append(float(server["seconds"]))
+                    key = "server-start-checkpoint" if server.get("checkpoint") == "synthetic" else "server-start"
+                    totals.setdefault(key, []).append(float(server["seconds"]))
             for baseline in data.get("baselines", []):
                 if not baseline.get("error") and baseline.get("seconds"):
                     totals.setdefault("baseline", []).append(float(baseline["seconds"]))
@@ -152,9 +175,11 @@ def _step_keys(step: rocm_job.Step) -> list[tuple[str, str]]:
 
 
 def estimate(event: str, pin: str, recorded: dict[str, float]) -> Job:
-    """The job's estimated seconds: the image once, every step's own time (a bench step: each of
-    its variants'), and one server start for each server the job starts (a cell record's seconds
-    are its check's alone, without its server's start)."""
+    """The job's estimated seconds: the image once, the synthetic checkpoint once where a group
+    serves it, then phase by phase as ``rocm_job.phases`` runs them: a lane is its servers'
+    starts and its steps' own times in turn (a bench step: each of its variants'; a spec step not
+    before the baselines are done), a phase its longest lane. A cell record's seconds are its
+    check's alone, without its server's start."""
     items = rocm_job.items_for(event)
     groups = rocm_job.job_groups(items)
     figures: dict[str, str] = {}
@@ -167,10 +192,23 @@ def estimate(event: str, pin: str, recorded: dict[str, float]) -> Job:
         return DEFAULT_SECONDS[default or key]
 
     total = seconds("image")
-    for group in groups:
-        if group.launches:
-            total += seconds("server-start") * len(group.launches)
-        total += sum(seconds(key, default) for step in group.steps for key, default in _step_keys(step))
+    if rocm_job.needs_checkpoint(groups):
+        total += seconds("checkpoint")
+    for phase in rocm_job.phases(groups):
+        baselines_done, lane_ends = 0.0, []
+        for lane in phase:  # lane 0 first: it carries the baselines' group first
+            at = 0.0
+            for group in lane:
+                if group.launches:
+                    at += seconds("server-start-checkpoint" if group.synthetic else "server-start") * len(group.launches)
+                for step in group.steps:
+                    if step.kind == "spec":
+                        at = max(at, baselines_done)
+                    at += sum(seconds(key, default) for key, default in _step_keys(step))
+                    if step.kind in rocm_job.BASELINES:
+                        baselines_done = at
+            lane_ends.append(at)
+        total += max(lane_ends)
     return Job(pin, event, [item.session(pin) for item in items], rocm_job.server_lines(groups, pin), total, figures, groups)
 
 
@@ -197,6 +235,8 @@ def plan(project: Project, event: str, *, changed_files: list[str] | None = None
     if event == "pr":
         chosen = set(changed_pins(project, changed_files or [])) | {pins[-1]}
         pins = [pin for pin in pins if pin in chosen]
+    elif event == "weekly":
+        pins = pins[-1:]  # the full model on the newest pin; any other on demand (sglpatch matrix job)
     recorded = recorded_seconds(records_dir)
     return [estimate(event, pin, recorded) for pin in pins]
 
@@ -204,7 +244,7 @@ def plan(project: Project, event: str, *, changed_files: list[str] | None = None
 def git_changed_files(root: Path, base: str) -> list[str]:
     """Files that differ between ``base`` and HEAD (three dots: since they forked)."""
     done = subprocess.run(["git", "diff", "--name-only", f"{base}...HEAD"], cwd=root, capture_output=True, text=True,
-                          timeout=120)
+                          timeout=120, env=user_git_env())
     if done.returncode != 0:
         raise ValueError(f"git diff against {base} failed: {done.stderr.strip()[-300:]}")
     return done.stdout.split()
@@ -226,10 +266,21 @@ def render(jobs: list[Job], event: str) -> str:
     for job in jobs:
         lines.append(f"- {job.id}: estimated {job.node_hours:.2f} node-hours; {len(job.launches)} server start(s)")
         lines.append(f"    {job.door}")
-        for number, group in enumerate(job.groups, 1):
-            where = ", ".join(launch.name for launch in group.launches) or "no server"
-            lines.append(f"    {number}. {where}: " + ", ".join(
-                f'nox -s "{step.label(job.pin)}"' if step.item else step.label(job.pin) for step in group.steps))
+        if rocm_job.needs_checkpoint(job.groups):
+            lines.append("    the synthetic checkpoint written once in the image (glm_checkpoint.py --size rocm), "
+                         "mounted into every server marked so")
+        number = 0
+        for phase in rocm_job.phases(job.groups):
+            for lane, groups in enumerate(phase):
+                at = ""
+                if len(phase) > 1:
+                    gpus, port = rocm_job.lane_resources(lane)
+                    at = f" [lane {lane}, at once with the other lanes: GPUs {gpus}, port {port}]"
+                for group in groups:
+                    number += 1
+                    where = ", ".join(launch.name for launch in group.launches) or "no server"
+                    lines.append(f"    {number}. {where}{at}: " + ", ".join(
+                        f'nox -s "{step.label(job.pin)}"' if step.item else step.label(job.pin) for step in group.steps))
     return "\n".join(lines)
 
 

@@ -20,14 +20,20 @@ from sglpatch.errors import SglpatchError, Unavailable
 from sglpatch.matrix import containers
 from sglpatch.matrix.cells import Cell, validate_cell
 from sglpatch.matrix.pin import PinUnderTest
-from sglpatch.matrix.records import FAILED, PASSED, CellRecord, Part, last_json
+from sglpatch.matrix.records import FAILED, PASSED, SKIPPED, CellRecord, Part, last_json
 from sglpatch.project import Project
 
 CHECK_SCRIPTS = Path(__file__).parent.parent / "rocm_checks"
+# The CPU probes' checkpoint generator, run in the image to write the bug-level cells' checkpoint.
+CHECKPOINT_SCRIPTS = tuple(Path(__file__).parent.parent / "witnesses" / "probes" / name
+                           for name in ("glm_checkpoint.py", "quark_checkpoint.py"))
 KFD = Path("/dev/kfd")
 IMAGE_ENV = "SGLPATCH_ROCM_IMAGE"  # a base image for every pin; "{version}" is replaced by the pin
 STATE_INSIDE = "/sglpatch-state"
 HF_INSIDE = "/root/.cache/huggingface"
+CHECKPOINT_INSIDE = "/sglpatch-checkpoint"
+MATRIX_MODEL_ENV = "SGLPATCH_MATRIX_MODEL"  # a model folder for the matrix cells instead of the synthetic checkpoint
+NODE_GPUS = 8
 
 # Accept length (tokens per verify step, at most d + 1). The one published floor: sglang's own AMD
 # CI asserts >= 5.0 for GLM-5.2 MXFP4 with MTP 5/1/6 (--kv-cache-dtype fp8_e4m3, SGLANG_USE_AITER=1).
@@ -75,6 +81,17 @@ class RocmOptions:
     health_poll_s: float = 5.0  # seconds between a starting server's health probes
     cell_timeout: int = 4 * 3600  # seconds for one check's container
     network: str = "host"
+    # The build, load and spec cells' model: None, the synthetic checkpoint the job writes
+    # (glm_checkpoint.py --size rocm: random weights, served at its own TP, several servers on the
+    # node at once); a folder (or $SGLPATCH_MATRIX_MODEL), that model with the profile as shipped,
+    # one server at a time, its accept length and greedy outputs judged too. The accuracy gate and
+    # the bench always serve ``model``.
+    matrix_model: str | None = field(default_factory=lambda: os.environ.get(MATRIX_MODEL_ENV) or None)
+    gpus: int = NODE_GPUS  # a runner's GPUs, shared out between synthetic-checkpoint servers
+
+    @property
+    def synthetic(self) -> bool:
+        return self.matrix_model is None
 
     def image_for(self, version: str, pinned_image: str) -> str:
         template = self.base_image or os.environ.get(IMAGE_ENV)
@@ -126,7 +143,7 @@ def image_spec(pin, series_version: str, series_hash: str, patches: list[tuple[s
         series_version=series_version,
         series_hash=series_hash,
         patches=tuple(patches),
-        tools=tuple(sorted(CHECK_SCRIPTS.glob("*.py"))),
+        tools=(*sorted(CHECK_SCRIPTS.glob("*.py")), *CHECKPOINT_SCRIPTS),
     )
 
 
@@ -155,9 +172,11 @@ def run_figures(check: str, run: containers.ContainerRun, record: CellRecord) ->
     return figures
 
 
-def judge_figures(cell: Cell, figures: dict, record: CellRecord) -> None:
+def judge_figures(cell: Cell, figures: dict, record: CellRecord, synthetic: bool = False) -> None:
     """A build, load or spec cell's parts from its figures (what its check printed, or, where its
-    server never became healthy, what the server's container reported)."""
+    server never became healthy, what the server's container reported). ``synthetic``: served
+    from the synthetic checkpoint, whose zeroed final norms force accept length and greedy
+    agreement: they are recorded, not judged."""
     record.gpu = str(figures.pop("gpu", ""))
     record.figures.update(figures)
     if cell.check == "build":
@@ -174,18 +193,64 @@ def judge_figures(cell: Cell, figures: dict, record: CellRecord) -> None:
     )
     mismatches = figures.get("mismatch_lines") or []
     record.parts.append(Part("no shape mismatch in the server log", FAILED if mismatches else PASSED, "; ".join(mismatches)[:400]))
+    record.figures["checkpoint"] = "synthetic" if synthetic else "model"
+    if healthy is not None:
+        record.parts.append(compile_part(figures))
     if cell.check == "load":
         text = figures.get("generate")
         record.parts.append(Part("one generate", PASSED if text else FAILED, repr(text)[:200]))
+        if healthy is not None:
+            record.parts.append(flags_part(figures))
         return
-    for part in spec_parts(cell.depth, record.figures):  # derived figures land in the record
+    for part in spec_parts(cell.depth, record.figures, synthetic):  # derived figures land in the record
         record.parts.append(part)
 
 
-def spec_parts(depth: int, figures: dict) -> list[Part]:
+COMPILE_PART = "the fused metadata-copy kernel did not fail to compile"
+
+
+def compile_part(figures: dict) -> Part:
+    """The missing ROCm guard's own signature: the pin's Python caller logs every failed JIT
+    compile and falls back, and the failure is not cached, so a count above one is the compile
+    retried step after step."""
+    failures = figures.get("compile_failures") or 0
+    if not failures:
+        return Part(COMPILE_PART, PASSED, "no failed compile in the server log")
+    retried = " (retried: the failure is not cached)" if failures > 1 else ""
+    return Part(COMPILE_PART, FAILED, f"{failures} failed compile(s){retried}: {figures.get('compile_failure_line', '')}"[:400])
+
+
+FLAGS_PART = "the launch's flags resolve as asked"
+
+
+def flags_part(figures: dict) -> Part:
+    """The flags the launch asked for (``asked``), as the running server reports them: a flag it
+    reports otherwise fails; one it does not report leaves the part unchecked, never passed."""
+    asked, resolved = figures.get("flags_asked") or {}, figures.get("flags_resolved") or {}
+    if not asked:
+        return Part(FLAGS_PART, PASSED, "the launch asks for none of the checked flags")
+    wrong = {flag: (value, resolved[flag]) for flag, value in asked.items() if flag in resolved and resolved[flag] != value}
+    unknown = sorted(flag for flag in asked if flag not in resolved)
+    findings = "; ".join(figures.get("flag_findings") or [])
+    if wrong:
+        return Part(FLAGS_PART, FAILED, "; ".join(f"{flag}: asked {a!r}, the server runs {r!r}" for flag, (a, r) in wrong.items())[:400])
+    if unknown:
+        return Part(FLAGS_PART, SKIPPED, f"the server's /server_info does not report {', '.join(unknown)}")
+    return Part(FLAGS_PART, PASSED, ", ".join(f"{flag}={value!r}" for flag, value in asked.items())
+                + (f"; the server log says: {findings}" if findings else ""))
+
+
+def spec_parts(depth: int, figures: dict, synthetic: bool = False) -> list[Part]:
     parts = []
     match = figures.get("prefix_match")
-    if match is None:
+    if synthetic:
+        if match:
+            figures["prefix_match_mean"] = round(sum(match) / len(match), 3)
+        # The checkpoint's zeroed final norms make every logit 0, so target and draft both emit
+        # token 0 whatever the layers computed: agreement and acceptance are forced, and prove
+        # nothing of the draft. Recorded; judged on the full model (the gate's accept length).
+        figures["not_judged"] = ["accept_length", "prefix_match"]
+    elif match is None:
         parts.append(Part("greedy outputs against the non-speculative run", FAILED, "no comparison was made"))
     else:
         mean = sum(match) / len(match)
@@ -196,8 +261,9 @@ def spec_parts(depth: int, figures: dict) -> list[Part]:
     accept = figures.get("accept_length")
     floor = ACCEPT_LENGTH_FLOORS[depth]
     source = "sglang's AMD CI" if depth == SGLANG_CI_DEPTH else f"from sglang's AMD CI {SGLANG_CI_ACCEPT_LENGTH} at depth {SGLANG_CI_DEPTH}"
-    parts.append(Part(f"accept length at least {floor}", PASSED if accept is not None and accept >= floor else FAILED,
-                      f"{accept} (floor {floor}, {source})"))
+    if not synthetic:
+        parts.append(Part(f"accept length at least {floor}", PASSED if accept is not None and accept >= floor else FAILED,
+                          f"{accept} (floor {floor}, {source})"))
     speed, base = figures.get("decode_tok_s"), figures.get("plain_decode_tok_s")
     if not speed or not base:
         parts.append(Part(COLLAPSE_PART, FAILED, f"depth {depth}: {speed}, without speculative decoding: {base}"))

@@ -3,7 +3,8 @@
 The ROCm jobs are not listed in the file: its plan job runs ``ci/matrix_cells.py`` (the plan of
 ``sglpatch.matrix.plan`` for the event) and the rocm job fans out over what it prints, one job per
 pin on one runner, each running ``nox -s "rocm-job(PIN)" -- --event EVENT`` (``sglpatch.matrix.rocm_job``:
-the image built once, one server per launch configuration, the checks in sequence). A test checks
+the image built once, one server per launch configuration; the matrix on a synthetic checkpoint
+the job writes, four servers at once; the full model for the gate and the bench). A test checks
 that the committed file is exactly what this module writes.
 """
 
@@ -20,9 +21,11 @@ WORKFLOW = """\
 #
 # sglpatch CI: the series applied and tested on hosted runners (CPU tier), then the ROCm tier on
 # self-hosted AMD GPU runners: one job per pin on one runner (`sglpatch matrix job`: the image built
-# once, one server per launch configuration shared by the checks that launch it, the checks in
-# sequence), chosen by `sglpatch matrix plan` for the event -- pull requests: the pins whose patch
-# renditions changed and the newest; nightly: every pin; weekly and on demand: the bench.
+# once, one server per launch configuration shared by the checks that launch it), chosen by
+# `sglpatch matrix plan` for the event -- pull requests: the pins whose patch renditions changed and
+# the newest; nightly: every pin; both the matrix on a synthetic checkpoint the job writes (four
+# TP2 servers at once). Weekly and on demand: the full model's accuracy gate and the bench on the
+# newest pin.
 #
 # GitHub runs it from .github/workflows/ (a fork gets it as is). Runner labels of the ROCm jobs: the repository
 # variable SGLPATCH_ROCM_RUNNER (a JSON list or comma-separated labels), or the rocm_runner input of a
@@ -34,12 +37,12 @@ on:
   push:
   pull_request:
   schedule:
-    - cron: "{nightly}"  # nightly: the matrix and the accuracy gate on every pin
-    - cron: "{weekly}"  # weekly: the bench on every pin
+    - cron: "{nightly}"  # nightly: the matrix on the synthetic checkpoint, every pin
+    - cron: "{weekly}"  # weekly: the full model's accuracy gate and the bench, the newest pin
   workflow_dispatch:
     inputs:
       event:
-        description: "which plan: pr, nightly or weekly (the bench)"
+        description: "which plan: pr, nightly or weekly (the full model: gate and bench)"
         required: false
         default: "weekly"
       rocm_runner:
@@ -146,7 +149,7 @@ jobs:
       - uses: actions/checkout@v4
       - name: install nox
         run: python3 -m pip install --user nox
-      - name: the pin's job (image built once, one server per launch configuration, checks in sequence)
+      - name: the pin's job (image built once, one server per launch configuration)
         env:
           PIN: ${{{{ matrix.pin }}}}
           EVENT: ${{{{ matrix.event }}}}

@@ -6,13 +6,15 @@ A ROCm job (``sglpatch.matrix.rocm_job``) starts one server per launch configura
 check that shares it against it, each check in its own container in the server container's network:
 
 - ``"mode": "serve"``: start ``python -m sglang.launch_server`` with CONFIG "argv" (and "env"),
-  wait up to "timeout" seconds for /health ("health_poll_s" between tries), write its log to
-  "log", and print one JSON line: {"serving": true|false, "healthy_s", "gpu", "log",
-  "mismatch_lines", "error"}. Then hold the server until the container is stopped (SIGTERM), and
-  stop it.
+  on CONFIG "port" (several servers share a runner's network), wait up to "timeout" seconds for
+  /health ("health_poll_s" between tries), write its log to "log", and print one JSON line:
+  {"serving": true|false, "healthy_s", "gpu", "log", "mismatch_lines", "compile_failures",
+  "error"}. Then hold the server until the container is stopped (SIGTERM), and stop it.
 - ``"load"``, ``"spec"``, ``"greedy"``, ``"speed"``: talk to the running server at CONFIG "url" only
   and print one JSON line of figures. CONFIG "server" is what the serve mode printed (its health,
-  GPU and log, echoed and scanned for shape mismatches). spec: "depth" and "baseline", the file of
+  GPU and log, echoed and scanned for shape mismatches and failed compiles of the fused
+  metadata-copy kernel). load: one generate, and the checked flags of CONFIG "argv" as the
+  server's /server_info reports them. spec: "depth" and "baseline", the file of
   the job's greedy outputs and decode speed without speculative decoding ({"plain": {"outputs"},
   "plain_speed": {"decode_tok_s"}}) that ``greedy`` and ``speed`` measured on that server.
 
@@ -46,6 +48,16 @@ PROMPTS = [
     "Summarise the plot of Romeo and Juliet in one sentence.",
 ]
 MISMATCH = re.compile(r"(size|shape) mismatch", re.IGNORECASE)
+# What the pins' Python callers of the fused metadata-copy kernel log when its JIT compile fails
+# (``logger.error`` in the loader, the DSA backend's "falling back" print), read in their sources
+# 0.5.10-0.5.23; the failure is not cached, so the lines repeat once per decode step.
+COMPILE_FAILURE = re.compile(r"Failed to compile JIT fused metadata copy|fused metadata copy kernel failed with error")
+# Flags whose resolved value the load check reads back: (argv flag, server_args field).
+CHECKED_FLAGS = {"--kv-cache-dtype": "kv_cache_dtype", "--enable-aiter-allreduce-fusion": "enable_aiter_allreduce_fusion",
+                 "--speculative-num-steps": "speculative_num_steps", "--tp-size": "tp_size"}
+# Patch 0003's warning where the fusion cannot engage (the profile's disable-custom-all-reduce
+# is one such reason): recorded beside the flags, not a failure.
+FLAG_FINDING = re.compile(r"enable-aiter-allreduce-fusion has no effect[^\n]*")
 BURST = 32
 GPU_PROBE_TIMEOUT_S = 300
 
@@ -62,10 +74,13 @@ def get(path: str, timeout: float = 10) -> tuple[int, bytes]:
 
 
 class Server:
-    def __init__(self, argv: list[str], log: Path, timeout: float, env: dict | None = None, poll_s: float = 5.0):
+    def __init__(self, argv: list[str], log: Path, timeout: float, env: dict | None = None, poll_s: float = 5.0,
+                 port: int = PORT):
+        global URL
+        URL = f"http://127.0.0.1:{port}"
         self.log_path = log
         self.log = open(log, "w")
-        command = [sys.executable, "-m", "sglang.launch_server", *argv, "--host", "127.0.0.1", "--port", str(PORT)]
+        command = [sys.executable, "-m", "sglang.launch_server", *argv, "--host", "127.0.0.1", "--port", str(port)]
         print("$ " + " ".join(command), flush=True)
         self.process = subprocess.Popen(command, stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True,
                                         env={**os.environ, **(env or {})})
@@ -104,6 +119,64 @@ class Server:
 
 def mismatch_lines(log_text: str) -> list[str]:
     return [line for line in log_text.splitlines() if MISMATCH.search(line)][:3]
+
+
+def log_findings(log_text: str) -> dict:
+    """Shape mismatches, failed compiles of the fused metadata-copy kernel (how many, the first),
+    and what the server said about the checked flags."""
+    failures = [line for line in log_text.splitlines() if COMPILE_FAILURE.search(line)]
+    findings = {"mismatch_lines": mismatch_lines(log_text), "compile_failures": len(failures),
+                "flag_findings": sorted({match.group(0)[:300] for match in FLAG_FINDING.finditer(log_text)})[:3]}
+    if failures:
+        findings["compile_failure_line"] = failures[0][:300]
+    return findings
+
+
+def flags_asked(argv: list[str]) -> dict:
+    """The checked flags' values in a launch's argv, typed as server_args holds them."""
+    asked = {}
+    for flag, field in CHECKED_FLAGS.items():
+        if flag not in argv:
+            continue
+        at = argv.index(flag)
+        value = argv[at + 1] if at + 1 < len(argv) and not argv[at + 1].startswith("--") else True
+        asked[field] = int(value) if isinstance(value, str) and value.isdigit() else value
+    return asked
+
+
+def find_fields(data, fields: set[str]) -> dict:
+    """The first value of each field anywhere in /server_info's answer (flat before 0.5.17, in
+    namespaces after)."""
+    found: dict = {}
+    stack = [data]
+    while stack:
+        item = stack.pop(0)
+        if isinstance(item, dict):
+            for key, value in item.items():
+                if key in fields and key not in found and not isinstance(value, (dict, list)):
+                    found[key] = value
+                stack.append(value)
+        elif isinstance(item, list):
+            stack.extend(item)
+    return found
+
+
+def resolved_flags(config: dict) -> dict:
+    asked = flags_asked(config.get("argv") or [])
+    info = {}
+    for path in ("/server_info", "/get_server_info"):
+        try:
+            info = json.loads(get(path, timeout=60)[1])
+            break
+        except (OSError, ValueError):
+            continue
+    return {"flags_asked": asked, "flags_resolved": find_fields(info, set(asked))}
+
+
+def load_work(config: dict) -> dict:
+    # ignore_eos: a random-weight checkpoint may pick its end-of-text token first, and an empty
+    # text would say nothing about loading.
+    return {"generate": generate(PROMPTS[0], 16, ignore_eos=True)["text"], **resolved_flags(config)}
 
 
 def generate(prompt: str, max_new_tokens: int, ignore_eos: bool = False) -> dict:
@@ -187,7 +260,8 @@ def hold(config: dict) -> int:
     # PID 1 of a container ignores SIGTERM unless it handles it: docker stop must end the hold.
     signal.signal(signal.SIGTERM, lambda *_: stopping.set())
     report: dict = {"gpu": gpu_name(), "log": str(log)}
-    server = Server(config["argv"], log, config["timeout"], env=config.get("env"), poll_s=config.get("health_poll_s", 5.0))
+    server = Server(config["argv"], log, config["timeout"], env=config.get("env"), poll_s=config.get("health_poll_s", 5.0),
+                    port=config.get("port", PORT))
     try:
         report["healthy_s"] = server.healthy_after
         report["serving"] = server.healthy_after is not None
@@ -195,7 +269,7 @@ def hold(config: dict) -> int:
             exit_code = server.process.poll()
             report["error"] = (f"the server exited with {exit_code}" if exit_code is not None
                                else f"not healthy within {config['timeout']} s")
-        report["mismatch_lines"] = mismatch_lines(server.log_text())
+        report.update(log_findings(server.log_text()))
         print(json.dumps(report), flush=True)
         while report["serving"] and not stopping.is_set() and server.process.poll() is None:
             stopping.wait(1.0)
@@ -221,7 +295,7 @@ def check_figures(config: dict, work) -> dict:
         except Exception as exc:
             figures["error"] = f"{type(exc).__name__}: {exc}"
     try:
-        figures["mismatch_lines"] = mismatch_lines(Path(server["log"]).read_text(errors="replace"))
+        figures.update(log_findings(Path(server["log"]).read_text(errors="replace")))
     except (KeyError, OSError) as exc:
         figures["mismatch_lines"] = []
         figures["log_error"] = f"the server log could not be read: {exc}"
@@ -261,7 +335,7 @@ def spec_work(config: dict) -> dict:
 
 
 CHECKS = {
-    "load": lambda config: {"generate": generate(PROMPTS[0], 16)["text"]},
+    "load": load_work,
     "greedy": lambda config: {"outputs": greedy_outputs()},
     "speed": lambda config: {"decode_tok_s": decode_speed()},
     "spec": spec_work,

@@ -14,8 +14,9 @@ Prints one JSON line: {"folder", "mtp_layer", "excluded", "shape"}; as a probe o
 
 ``glm_checkpoint.py OUT_DIR --size rocm``: the same model scaled for the ROCm tier's bug-level
 cells (``sglpatch.matrix.rocm_job`` runs it in the pin's patched image): every tensor a server
-loads (random, seeded), the MXFP4 modules stored as Quark stores them (packed fp4 codes and e8m0
-scales), the exclusions bf16 as above, and a byte-level tokenizer, about 1.1 GB. The widths the
+loads (random, seeded; the final norms zero, so target and draft agree), the MXFP4 modules
+stored as Quark stores them (packed fp4 codes and e8m0 scales), the exclusions bf16 as above,
+and a byte-level tokenizer, about 1.0 GB. The widths the
 ROCm kernels are built for stay GLM-5's (MLA ranks and head dims, the DSA indexer, 256 experts,
 top 8); only depth, hidden and MoE widths, heads and vocabulary shrink (``ROCM``). Standard library
 only; the config starts from the image's transformers ``GlmMoeDsaConfig`` where it has one, else
@@ -113,20 +114,19 @@ ROCM = {
     # mismatch is about model.layers.{num_hidden_layers}, whatever the count.
     "num_hidden_layers": 4,
     "first_k_dense_replace": 1,
-    # Multiples of 256, the tile the fused MoE kernels take model_dim and inter_dim in (256 per
-    # rank at TP2).
+    # Per rank at TP2 what GLM-5 has per rank at TP8, the write-up's single-stream layout: 256 MoE
+    # columns (2048 / 8) and 8 heads (64 / 8). Widths stay multiples of 256.
     "hidden_size": 1024,
     "intermediate_size": 2048,
     "moe_intermediate_size": 512,
-    # 16 heads per rank at TP2, the fewest aiter's MLA decode kernels are built for.
-    "num_attention_heads": 32,
-    "num_key_value_heads": 32,
+    "num_attention_heads": 16,
+    "num_key_value_heads": 16,
     "q_lora_rank": 512,  # a plain GEMM's width, not a kernel's
-    # The tokenizer written beside it: 3 specials, 256 bytes, reserved tokens up to 512.
+    # The tokenizer written beside it: 256 bytes (id 0 is "!"), 3 specials, reserved tokens up to 512.
     "vocab_size": 512,
-    "bos_token_id": 0,
-    "eos_token_id": 1,
-    "pad_token_id": 2,
+    "bos_token_id": 256,
+    "eos_token_id": 257,
+    "pad_token_id": 258,
     # The checks send short prompts; the rope cache and KV pool follow this.
     "max_position_embeddings": 8192,
 }
@@ -146,8 +146,11 @@ def rocm_config() -> tuple[dict, str]:
                   if not k.startswith("_") and k != "transformers_version"}
         source = f"transformers {transformers.__version__} GlmMoeDsaConfig"
     config.update(architectures=["GlmMoeDsaForCausalLM"], num_nextn_predict_layers=1, torch_dtype="bfloat16")
+    # As glm_config: fields sglang's DeepSeek-family code reads that transformers' class may not
+    # define (found by the pins' own sglang building the draft from this config on CPU).
     config.setdefault("topk_method", "noaux_tc")
     config.setdefault("scoring_func", "sigmoid")
+    config.setdefault("moe_layer_freq", 1)
     return config, source
 
 
@@ -196,7 +199,12 @@ def rocm_tensors(config: dict, excluded: set[str]) -> list[tuple]:
             out += mlp(f"{p}.mlp.experts.{e}", inter)
         return out + mlp(f"{p}.mlp.shared_experts", shared)
 
-    tensors = [("model.embed_tokens.weight", "BF16", (vocab, h), "random"), norm("model.norm", h),
+    # The target's and the draft's final norms are zero, so every logit is exactly 0 and greedy
+    # decoding (argmax: the first of equal values) emits token 0 from both: every draft token is
+    # accepted, so speculative decoding outruns plain decoding as it does on the trained model and
+    # a stalled decode still shows against it. Everything before the norms is random and runs.
+    final = ("model.norm.weight", "BF16", (h,), "zeros")
+    tensors = [("model.embed_tokens.weight", "BF16", (vocab, h), "random"), final,
                ("lm_head.weight", "BF16", (vocab, h), "random")]
     for i in range(layers):
         tensors += layer(i)
@@ -204,7 +212,8 @@ def rocm_tensors(config: dict, excluded: set[str]) -> list[tuple]:
     return tensors + layer(layers) + [
         (f"{m}.embed_tokens.weight", "BF16", (vocab, h), "random"), norm(f"{m}.enorm", h), norm(f"{m}.hnorm", h),
         *_linear(f"{m}.eh_proj", h, 2 * h, f"{m}.eh_proj" in excluded),
-        norm(f"{m}.shared_head.norm", h), (f"{m}.shared_head.head.weight", "BF16", (vocab, h), "random")]
+        (f"{m}.shared_head.norm.weight", "BF16", (h,), "zeros"),
+        (f"{m}.shared_head.head.weight", "BF16", (vocab, h), "random")]
 
 
 def _byte_alphabet() -> list[str]:
@@ -221,14 +230,16 @@ def _byte_alphabet() -> list[str]:
 
 
 def write_tokenizer(out: str, vocab_size: int) -> None:
-    """A byte-level BPE tokenizer without merges (any text encodes, one token a byte): the special
-    tokens, the 256 bytes, then reserved tokens up to the model's vocabulary, so every id the
-    random model can emit decodes."""
-    vocab = {token: i for i, token in enumerate(SPECIAL_TOKENS)}
-    for char in _byte_alphabet():
-        vocab[char] = len(vocab)
-    added = [{"id": i, "content": token, "single_word": False, "lstrip": False, "rstrip": False, "normalized": False,
-              "special": True} for i, token in enumerate(SPECIAL_TOKENS)]
+    """A byte-level BPE tokenizer without merges (any text encodes, one token a byte): the 256
+    bytes, printable ones first (so id 0, the zero-logit model's every token, is "!"), the special
+    tokens, then reserved tokens up to the model's vocabulary, so every id decodes."""
+    chars = _byte_alphabet()
+    vocab = {chars[b]: i for i, b in enumerate(sorted(range(256), key=lambda b: (chars[b] != chr(b), b)))}
+    added = []
+    for token in SPECIAL_TOKENS:
+        added.append({"id": len(vocab), "content": token, "single_word": False, "lstrip": False, "rstrip": False,
+                      "normalized": False, "special": True})
+        vocab[token] = len(vocab)
     for i in range(len(vocab), vocab_size):
         # Not special: a reserved id decodes to visible text, so a greedy output is never empty.
         added.append({"id": i, "content": f"<|reserved_{i}|>", "single_word": False, "lstrip": False, "rstrip": False,
