@@ -1,22 +1,36 @@
 """Porting the series to an sglang release that is not pinned (``sglpatch rebase <version>``).
 
 The release -- newer than every pin, or between two -- is pinned from the package index. Each
-patch's witness runs on the release's pristine tree first. Then every rendition of the patch is
-tried, nearest release first: exactly, then three-way from the pristine trees it was applied to;
-the first whose result the witness confirms on the new release is accepted. Each patch ends as:
+patch's witness runs on the release's pristine tree first. Then a cascade of porters, each a
+well-kept tool, proposes trees, nearest rendition first (``sglpatch.porters``):
 
-- ``carries-over``: a rendition applies as it is and the witness confirms it; its ``Applies-To``
+1. every rendition exactly as it is (``git apply``);
+2. per rendition with a pinned tree it was made for (the nearest ``MERGE_CANDIDATES``): git's
+   three-way apply; git's own merge (merge-ort, rename detection: a cherry-pick of the rendition's
+   commit from the tree it was made for); Debian's ``wiggle``; then the same with the hunks the
+   release already holds (each reverse-applies) and the files it removed left out;
+3. where a proposal uses a name the release renamed around it, the same proposal with the
+   release's name (``porters.follow_renames``).
+
+Every proposal is judged (``sglpatch.judge``) -- no name its added lines use missing from the
+release, the witness bug on the pristine release and clean on the port, every touched module
+importing in the pin's CPU Python on the emulated box -- and the first accepted is taken. Each
+patch ends as:
+
+- ``carries-over``: a rendition applies as it is and the judge accepts it; its ``Applies-To``
   grows to take the release;
-- ``new-rendition``: only a three-way merge applies, and the witness confirms the merge; it is a new
-  rendition for review, ``Applies-To: ==<release>``;
+- ``new-rendition``: a merge tool's tree the judge accepts; a new rendition for review,
+  ``Applies-To: ==<release>``, the step that made it in the report;
 - ``already-upstream``: the witness passes on the pristine release and a rendition (perhaps one made
-  for a file's new path) reverse-applies: the release holds this very change. The rendition's
-  ``Applies-To`` grows to take the release, so ``apply`` says not-needed there, with the evidence;
+  for a file's new path) reverse-applies: the release holds this very change;
 - ``fixed-upstream``: the witness passes and no rendition reverse-applies: upstream fixed it its
   own way. No rendition claims the release (``apply`` says not-applicable there);
-- ``conflict``, ``witness-failed``, ``witness-unavailable``: a person must look.
+- ``needs-hand-port`` (the judge refused every proposal, or no tool made one) and
+  ``witness-unavailable``: a person must look. ``build/port/<release>/`` then holds the nearest
+  candidate (zdiff3 conflict markers where git's merge conflicted), and ``sglpatch patch refresh
+  <release>`` writes the edited tree back as the rendition.
 
-The report says, per patch, each rendition tried, how, the result and the witness before and after.
+The report lists every try: the tool, what it changed, the judge's verdict and findings.
 
 Nothing is written unless every patch is classified. Then the new pin, the renditions and the
 changed ``Applies-To`` trailers are staged in a temporary copy of the project, linted, and the
@@ -27,7 +41,9 @@ files moved into the project (and put back as they were if a move fails).
 
 from __future__ import annotations
 
+import ast
 import datetime
+import json
 import os
 import re
 import shutil
@@ -39,7 +55,8 @@ from pathlib import Path
 
 from packaging.version import Version
 
-from sglpatch import sources, witnesses
+from sglpatch import judge as judging
+from sglpatch import porters, sources, witnesses
 from sglpatch.apply import (
     ALREADY_UPSTREAM,
     APPLIED,
@@ -57,7 +74,7 @@ from sglpatch.gitcmd import git_out, run_git
 from sglpatch.lock import LOCK_FILE
 from sglpatch.pins import Pin
 from sglpatch.series import RENDITIONS_DIR, PatchFile, SeriesPatch
-from sglpatch.witnesses import BUG, CLEAN, UNAVAILABLE, WitnessResult
+from sglpatch.witnesses import CLEAN, UNAVAILABLE, WitnessResult
 
 CARRIES_OVER = "carries-over"
 NEW_RENDITION = "new-rendition"
@@ -65,6 +82,10 @@ FIXED_UPSTREAM = "fixed-upstream"
 CONFLICT = "conflict"
 WITNESS_FAILED = "witness-failed"
 WITNESS_UNAVAILABLE = "witness-unavailable"
+NEEDS_HAND_PORT = "needs-hand-port"
+# The renditions (nearest first) the merge tools are tried with; farther ones rarely merge better.
+MERGE_CANDIDATES = 3
+IMPORT_SMOKE_LIMIT_S = 300
 CLASSIFIED = (CARRIES_OVER, NEW_RENDITION, ALREADY_UPSTREAM, FIXED_UPSTREAM)
 
 # What ``apply`` must then say on the release for each verdict, or nothing is written.
@@ -88,6 +109,8 @@ class Attempt:
     result: str  # "applies", "applies-with-offset", "reverse-applies", "does not apply", ...
     witness_after: str = ""
     detail: str = ""
+    judge: str = ""  # the judge's verdict on the tree it made ("" when it made none)
+    findings: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -100,6 +123,9 @@ class PortOutcome:
     witness_before: str = ""
     witness_after: str = ""
     attempts: list[Attempt] = field(default_factory=list)
+    step: str = ""  # the cascade step that ported it ("exact" for carries-over)
+    conflict: tuple = ()  # (rendition, step, tree with zdiff3 markers) of the nearest conflicted merge
+    prepared: str = ""  # where the tree left for a person is (build/port/V/)
 
 
 @dataclass
@@ -114,6 +140,8 @@ class PortReport:
     files: list[str] = field(default_factory=list)  # what was (or would be) written, relative
     relocked: list[str] = field(default_factory=list)  # the pins whose lock entries were re-recorded
     error: str = ""
+    tree: str = ""  # the release's tree with every accepted port (the lock's tree when complete)
+    prepared: str = ""  # build/port/<version>/, the tree left for a person (relative), if any
 
     @property
     def complete(self) -> bool:
@@ -141,10 +169,19 @@ class PortReport:
                 base = f" from {attempt.made_for}" if attempt.made_for else ""
                 lines.append(f"      tried {attempt.rendition} {attempt.how}{base}: {attempt.result}{after}")
                 lines.extend(f"          {line}" for line in attempt.detail.splitlines()[:12])
+                if attempt.judge:
+                    lines.append(f"          judge: {attempt.judge}")
+                    lines.extend(f"            {finding}" for finding in attempt.findings[:6])
             lines.extend(f"      {line}" for line in outcome.detail.splitlines())
+        if self.prepared:
+            lines.append(f"  left for a person: {self.prepared} (the nearest candidate of {self._left()}, zdiff3 markers where it"
+                         f" conflicted); edit it, then: sglpatch patch refresh {self.version}")
         if self.error:
             lines.append(f"  error: {self.error}")
         return "\n".join(lines)
+
+    def _left(self) -> str:
+        return next((o.name for o in self.outcomes if o.prepared), "")
 
     def markdown(self) -> str:
         state = "every patch classified" if self.complete else "NOT every patch classified"
@@ -166,13 +203,27 @@ class PortReport:
             for a in o.attempts:
                 after = f"; witness after: {a.witness_after}" if a.witness_after else ""
                 base = f" from {a.made_for}" if a.made_for else ""
-                lines.append(f"- tried `{a.rendition}` {a.how}{base}: {a.result}{after}")
+                judged = f"; judge: {a.judge}" if a.judge else ""
+                lines.append(f"- tried `{a.rendition}` {a.how}{base}: {a.result}{after}{judged}")
+                lines.extend(f"  - {finding}" for finding in a.findings[:6])
             if o.detail:
                 lines += ["", "```", o.detail, "```"]
         if self.files:
             lines += ["", "Files: " + ", ".join(f"`{name}`" for name in self.files)]
         if self.relocked:
             lines += ["", "Lock entries re-recorded (applied with witnesses): " + ", ".join(self.relocked)]
+        hand = [o for o in self.outcomes if o.verdict == NEEDS_HAND_PORT]
+        if hand:
+            lines += ["", "**Needs a hand port:** " + ", ".join(f"`{o.name}`" for o in hand)]
+            for o in hand:
+                if o.prepared:
+                    lines.append(f"- `{o.name}`: the nearest candidate ({o.conflict[1]} of `{o.conflict[0]}`) is applied in"
+                                 f" `{o.prepared}` (zdiff3 conflict markers where it conflicted); edit it there, then"
+                                 f" `sglpatch patch refresh {self.version}`")
+        made = [o for o in self.outcomes if o.verdict == NEW_RENDITION]
+        if made:
+            lines += ["", "**Made by a merge tool, review before merging:** "
+                      + ", ".join(f"`{o.rendition}` ({o.step or 'merged'})" for o in made)]
         if self.error:
             lines += ["", f"Error: {self.error}"]
         return "\n".join(lines) + "\n"
@@ -315,6 +366,105 @@ class _Trial:
         self.env = {"GIT_INDEX_FILE": str(scratch / "index")}
         self.parent = pristine.commit
         self._alternates: set[str] = set()
+        self._verdicts: dict[str, tuple] = {}
+        self.wiggle = porters.wiggle_available()
+
+    def borrow(self, bases: list[sources.Pristine]) -> None:
+        """Borrow the objects of other pristine trees (for merges from the trees renditions were made for)."""
+        added = [str(base.repo / "objects") for base in bases if str(base.repo / "objects") not in self._alternates]
+        if added:
+            self._alternates.update(added)
+            alternates = self.repo / ".git" / "objects" / "info" / "alternates"
+            existing = alternates.read_text() if alternates.exists() else ""
+            alternates.write_text(existing + "".join(f"{path}\n" for path in added))
+
+    def apply_text(self, diff: str) -> porters.Proposal:
+        """A diff (a rendition less some hunks) applied exactly on the current parent."""
+        self._reset()
+        done = run_git(["apply", "--cached", "--whitespace=nowarn", "-"], self.repo, env=self.env, input=diff.encode(), check=False)
+        if done.returncode != 0:
+            return porters.Proposal(detail=done.stderr.decode(errors="replace").strip()[-800:])
+        tree = git_out(["write-tree"], self.repo, env=self.env)
+        changed = git_out(["diff", "--name-only", "--no-renames", self.parent, tree], self.repo).splitlines()
+        return porters.Proposal(tree, changed)
+
+    def commit_tree(self, rendition: PatchFile, tree: str) -> str:
+        return commit_patch(self.repo, rendition, tree, self.parent)
+
+    def _text(self, commit: str, path: str) -> str | None:
+        shown = run_git(["cat-file", "blob", f"{commit}:{path}"], self.repo, check=False)
+        return shown.stdout.decode(errors="replace") if shown.returncode == 0 else None
+
+    def judge(self, witness, commit: str) -> tuple[judging.Verdict, WitnessResult | None]:
+        """The judge's verdict on ``commit`` (a candidate on the current parent): names, then the
+        witness, then the import smoke, each only when the ones before passed."""
+        tree = git_out(["rev-parse", f"{commit}^{{tree}}"], self.repo)
+        key = (tree, self.parent, witness.name)
+        if key in self._verdicts:
+            return self._verdicts[key]
+        verdict = judging.Verdict()
+        changed = [p for p in git_out(["diff", "--name-only", "--no-renames", self.parent, commit], self.repo).splitlines() if p]
+        exists = lambda path: run_git(["cat-file", "-e", f"{commit}:{path}"], self.repo, check=False).returncode == 0  # noqa: E731
+        release = judging.Release(lambda path: self._text(commit, path), exists)
+        for path in changed:
+            new = self._text(commit, path)
+            if path.endswith(".py") and new is not None:
+                verdict.names += judging.names_findings(path, self._text(self.parent, path), new, release)
+        verdict.checked.append("names")
+        after = None
+        if not verdict.names:
+            after = self.witness(witness, commit)
+            verdict.checked.append("witness")
+            if after.state != CLEAN:
+                verdict.witness.append(f"{witness.name} says {after.summary()} on the port: {after.detail}"[:600])
+            else:
+                verdict.imports = self.import_smoke(commit, changed)
+                verdict.checked.append("imports")
+        self._verdicts[key] = (verdict, after)
+        return verdict, after
+
+    def import_smoke(self, commit: str, changed: list[str]) -> list[str]:
+        """Findings of importing every module the port touches (and, for a kernel source, the
+        modules that load it) in the pin's CPU Python on the emulated MI355X box."""
+        import dataclasses
+
+        from sglpatch import pyenv
+        from sglpatch.errors import Unavailable
+        from sglpatch.witnesses import mtp_exclude
+
+        modules = []
+        for path in changed:
+            if path.startswith("python/sglang/") and path.endswith(".py"):
+                before = self._text(self.parent, path)
+                try:
+                    ast.parse(before or "")
+                except SyntaxError:
+                    continue  # the release's own file is no Python: nothing to import
+                modules.append(path[len("python/"):-3].replace("/", ".").removesuffix(".__init__"))
+            elif path.startswith("python/sglang/"):
+                name = Path(path).name
+                found = run_git(["grep", "-l", "-F", name, commit, "--", "python/sglang/*.py"], self.repo, check=False)
+                for line in found.stdout.decode().splitlines():
+                    module = line.split(":", 1)[-1]
+                    modules.append(module[len("python/"):-3].replace("/", ".").removesuffix(".__init__"))
+        modules = list(dict.fromkeys(modules))
+        if not modules:
+            return []
+        try:
+            python = pyenv.cpu_python(self.pin)
+        except Unavailable as exc:
+            return [f"unavailable: no CPU Python for {self.pin.version}: {exc}"[:600]]
+        environment = mtp_exclude.probe_request(self.pin).environment()
+        request = pyenv.ProbeRequest("import-smoke", "import_smoke", {"modules": modules}, IMPORT_SMOKE_LIMIT_S,
+                                     import_env=environment[0], arch=environment[1])
+        tree = checkout_commit(self.repo, commit, Path(tempfile.mkdtemp(dir=self.scratch, prefix="imports-")))
+        run = python.run_probes(tree, [dataclasses.replace(request)], remember=True)
+        shutil.rmtree(tree, ignore_errors=True)
+        failure = run.failure(request.name)
+        if failure:
+            return [f"unavailable: {failure}"[:600]]
+        answer = run.answers[request.name].get("modules", {})
+        return [f"{module}: {error}"[:600] for module, error in answer.items() if error]
 
     def _reset(self) -> None:
         run_git(["read-tree", self.parent], self.repo, env=self.env)
@@ -346,12 +496,7 @@ class _Trial:
     def three_way(self, rendition: PatchFile, bases: list[sources.Pristine]) -> tuple[str, str, str]:
         """(result, commit or "", detail) of a three-way merge from the trees the rendition was
         made for (their objects are borrowed, not copied)."""
-        added = [str(base.repo / "objects") for base in bases if str(base.repo / "objects") not in self._alternates]
-        if added:
-            self._alternates.update(added)
-            alternates = self.repo / ".git" / "objects" / "info" / "alternates"
-            existing = alternates.read_text() if alternates.exists() else ""
-            alternates.write_text(existing + "".join(f"{path}\n" for path in added))
+        self.borrow(bases)
         self._reset()
         merged = run_git(["apply", "--cached", "--3way", "--whitespace=nowarn", "-"], self.repo, env=self.env, input=rendition.diff_text.encode(), check=False)
         if merged.returncode != 0:
@@ -414,59 +559,124 @@ def _port_patch(project, trial: _Trial, patch: SeriesPatch, pins: tuple[Pin, ...
         outcome.detail = f"witness {witness.name} passes on the pristine release and no rendition reverse-applies: fixed upstream its own way"
         _claim(writes, patch, None, pins, version)
         return outcome
-    witness_said: list[str] = []
-    # Every rendition as it is, nearest first, before any three-way merge: a rendition that
-    # applies unchanged is better than a new one.
-    tries = [(candidate, "exact") for candidate in tried] + [(candidate, "three-way") for candidate in tried]
-    inapplicable: set[int] = set()
-    for candidate, how in tries:
+
+    def judged(attempt: Attempt, commit: str) -> bool:
+        verdict, after = trial.judge(witness, commit)
+        attempt.judge = verdict.summary()
+        attempt.findings = verdict.findings()[:20]
+        attempt.witness_after = after.summary() if after else ""
+        return verdict.accepted
+
+    # (rendition, step, tree, parent) of the nearest candidate left for a person: a conflicted
+    # merge (zdiff3 markers) or a tree the judge refused.
+    nearest_conflict: tuple[str, str, str, str] | None = None
+    # 1. Every rendition as it is, nearest first: one that applies unchanged is better than a new one.
+    for candidate in tried:
         made_for = candidate.made_for.version if candidate.made_for else ""
         path = relative(candidate.rendition.path)
-        if how == "exact":
-            result, commit, detail = trial.exact(candidate.rendition)
-        elif id(candidate) not in inapplicable:
-            continue  # it applied as it is; a merge would give the same tree
-        elif not candidate.bases:
-            outcome.attempts.append(Attempt(path, "", how, "no pinned tree it was made for"))
-            continue
-        else:
-            bases = [sources.pristine_from_index(pin) for pin in candidate.bases]
-            result, commit, detail = trial.three_way(candidate.rendition, bases)
-        attempt = Attempt(path, made_for, how, result, detail=detail)
+        result, commit, detail = trial.exact(candidate.rendition)
+        attempt = Attempt(path, made_for, "exact", result, detail=detail)
         outcome.attempts.append(attempt)
-        if not commit:
-            inapplicable.add(id(candidate))
-            continue
-        after = trial.witness(witness, commit)
-        attempt.witness_after = after.summary()
-        witness_said.append(after.state)
-        if after.state != CLEAN:
-            if after.detail:
-                attempt.detail = (attempt.detail + "\n" if attempt.detail else "") + after.detail
-            continue
-        outcome.witness_after = after.summary()
-        trial.parent = commit
-        if how == "exact":
+        if commit and judged(attempt, commit):
+            outcome.witness_after = attempt.witness_after
+            trial.parent = commit
             outcome.verdict = CARRIES_OVER
+            outcome.step = "exact"
             outcome.rendition = relative(_claim(writes, patch, candidate.rendition, pins, version))
-            outcome.detail = f"applies as it is ({result}); witness {witness.name} confirms it"
-        else:
+            outcome.detail = f"applies as it is ({result}); the judge accepts it ({attempt.judge})"
+            return outcome
+    # 2. The merge tools, nearest rendition first, on the renditions that have a pinned tree; then
+    # the same with the hunks the release holds or whose file it removed left out.
+    merging = [candidate for candidate in tried if candidate.bases][:MERGE_CANDIDATES]
+    for candidate in [c for c in tried if not c.bases]:
+        outcome.attempts.append(Attempt(relative(candidate.rendition.path), "", "merge", "no pinned tree it was made for"))
+    seen_trees: dict[str, Attempt] = {}
+    for candidate in merging:
+        made_for = candidate.made_for.version if candidate.made_for else ""
+        path = relative(candidate.rendition.path)
+        base = sources.pristine_from_index(candidate.made_for or candidate.bases[0])
+        trial.borrow([base])
+        diff = candidate.rendition.diff_text
+        steps = [("three-way", None), ("merge-ort", diff), ("wiggle", diff)]
+        reduced = porters.reduce(trial.repo, diff, trial.parent, trial.scratch)
+        if reduced.dropped and reduced.diff:
+            steps += [("reduced exact", reduced.diff), ("reduced merge-ort", reduced.diff), ("reduced wiggle", reduced.diff)]
+        while steps:
+            how, text = steps.pop(0)
+            if how.endswith(("+ renames", "+ both insertions")):
+                if how.endswith("+ renames"):
+                    proposal = porters.follow_renames(trial.repo, base.commit, text, trial.parent, trial.scratch)
+                else:
+                    proposal = porters.keep_both_insertions(trial.repo, text, trial.parent, trial.scratch)
+                tree_hash = proposal.tree
+                result = ("proposes a tree changing " + ", ".join(proposal.changed)) if proposal.tree else "no tree"
+                detail = proposal.detail
+                commit = trial.commit_tree(candidate.rendition, tree_hash) if tree_hash else ""
+            elif how == "three-way":
+                result, commit, detail = trial.three_way(candidate.rendition, [base])
+                tree_hash = git_out(["rev-parse", f"{commit}^{{tree}}"], trial.repo) if commit else ""
+            else:
+                tool = how.split()[-1]
+                if tool == "wiggle" and not trial.wiggle:
+                    outcome.attempts.append(Attempt(path, made_for, how, "wiggle is not installed here (apt-get install wiggle)"))
+                    continue
+                if tool == "exact":
+                    proposal = trial.apply_text(text)
+                else:
+                    proposal = (porters.merge_ort if tool == "merge-ort" else porters.wiggle)(trial.repo, base.commit, text, trial.parent, trial.scratch)
+                if proposal.conflict_tree and nearest_conflict is None:
+                    nearest_conflict = (path, how, proposal.conflict_tree, trial.parent)
+                if proposal.conflict_tree and proposal.content_only:
+                    # Where both sides only inserted at one place, git's conflict keeps both.
+                    steps.insert(0, (f"{how} + both insertions", proposal.conflict_tree))
+                tree_hash = proposal.tree
+                result = ("proposes a tree changing " + ", ".join(proposal.changed)) if proposal.tree else "no tree"
+                detail = proposal.detail
+                if how.startswith("reduced"):
+                    detail = "\n".join(["dropped " + line for line in reduced.dropped] + ([detail] if detail else []))
+                commit = trial.commit_tree(candidate.rendition, tree_hash) if tree_hash else ""
+            attempt = Attempt(path, made_for, how, result, detail=detail)
+            outcome.attempts.append(attempt)
+            if not commit:
+                continue
+            if tree_hash == git_out(["rev-parse", f"{trial.parent}^{{tree}}"], trial.repo):
+                attempt.judge = "refused: the proposal changes nothing"
+                continue
+            if tree_hash in seen_trees:
+                earlier = seen_trees[tree_hash]
+                attempt.result += f" (the same tree as {earlier.how} of {earlier.rendition.split('/')[-1]})"
+                attempt.judge, attempt.findings, attempt.witness_after = earlier.judge, earlier.findings, earlier.witness_after
+                continue
+            seen_trees[tree_hash] = attempt
+            if not judged(attempt, commit):
+                if nearest_conflict is None:
+                    nearest_conflict = (path, how, tree_hash, trial.parent)
+                if attempt.findings and attempt.findings[0].startswith("names:") and not how.endswith("+ renames"):
+                    # A name the release renamed where the patch's lines use it: rename it as the release did.
+                    steps.insert(0, (f"{how} + renames", tree_hash))
+                continue
+            outcome.witness_after = attempt.witness_after
+            trial.parent = commit
             outcome.verdict = NEW_RENDITION
             new = project.patches_dir / RENDITIONS_DIR / patch.stem / f"{version}.patch"
             writes.files[new] = set_applies_to(_with_message_of(candidate.rendition, trial.format_patch(commit)), f"=={version}")
             _claim(writes, patch, None, pins, version)
             outcome.rendition = relative(new)
-            outcome.detail = f"merged three-way from {made_for}; witness {witness.name} confirms the merge: review it"
-        return outcome
-    if BUG in witness_said:
-        outcome.verdict = WITNESS_FAILED
-        outcome.detail = f"a rendition applied, but witness {witness.name} still finds the bug on every result"
-    elif UNAVAILABLE in witness_said:
-        outcome.verdict = WITNESS_UNAVAILABLE
-        outcome.detail = f"a rendition applied, but witness {witness.name} could not run on it"
+            outcome.step = how
+            outcome.detail = f"{how} of {path} (made for {made_for}); the judge accepts it ({attempt.judge}): review it"
+            if how.startswith("reduced"):
+                outcome.detail += "\n" + "\n".join("dropped " + line for line in reduced.dropped)
+            return outcome
+    outcome.verdict = NEEDS_HAND_PORT
+    refused = [a for a in outcome.attempts if a.judge]
+    if refused:
+        first = refused[0]
+        outcome.detail = (f"no candidate the judge accepts; the nearest it saw: {first.how} of {first.rendition}: {first.judge}"
+                          + "".join(f"\n  {finding}" for finding in first.findings[:8]))
     else:
-        outcome.verdict = CONFLICT
-        outcome.detail = "no rendition applies, exactly or three-way: port it by hand"
+        outcome.detail = "no rendition applies or merges, exactly, three-way, by git's merge or by wiggle: port it by hand"
+    if nearest_conflict is not None:
+        outcome.conflict = nearest_conflict
     return outcome
 
 
@@ -510,6 +720,74 @@ def _claim(writes: _Port, patch: SeriesPatch, chosen: PatchFile | None, pins: tu
 # -- the whole port -----------------------------------------------------------------------------
 
 
+PORT_NOTE = "sglpatch-port.json"  # in the prepared tree's .git: what it was prepared from
+
+
+def prepare_hand_port(project, trial: _Trial, version: str, left: list[PortOutcome]) -> Path:
+    """``build/port/<version>/``: a git checkout of the release with the patches accepted before the
+    first patch that needs a hand port committed on branch ``port``, and that patch's nearest
+    candidate in the working tree (git's zdiff3 conflict markers where it conflicted), for a person
+    to finish and ``sglpatch patch refresh <version>`` to write back as the rendition."""
+    first = left[0]
+    rendition, how, tree, parent = first.conflict
+    dest = project.build_dir / "port" / version
+    if dest.exists():
+        shutil.rmtree(dest)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    run_git(["clone", "--quiet", "--local", "--no-checkout", str(trial.pristine.repo), str(dest)], dest.parent)
+    run_git(["push", "--quiet", str(dest), f"{parent}:refs/heads/port"], trial.repo)
+    candidate = git_out(["commit-tree", tree, "-p", parent, "-m", f"candidate: {how} of {rendition}"], trial.repo,
+                        env=porters._FIXED)
+    run_git(["push", "--quiet", str(dest), f"{candidate}:refs/sglpatch/candidate"], trial.repo)
+    run_git(["symbolic-ref", "HEAD", "refs/heads/port"], dest)
+    run_git(["read-tree", "refs/sglpatch/candidate"], dest)
+    run_git(["checkout-index", "--all", "--force"], dest)
+    run_git(["read-tree", "port"], dest)
+    note = {
+        "version": version,
+        "patch": first.name,
+        "rendition": rendition,
+        "step": how,
+        "findings": next((a.findings for a in first.attempts if a.rendition == rendition and a.how == how), []),
+        "others": [o.name for o in left[1:]],
+    }
+    (dest / ".git" / PORT_NOTE).write_text(json.dumps(note, indent=2) + "\n")
+    return dest
+
+
+def refresh_port(project, version: str) -> Path:
+    """Write the edited tree under ``build/port/<version>/`` back as the patch's rendition for
+    ``version`` (``Applies-To: ==<version>``, the candidate's message); refuses while conflict
+    markers remain. Returns the rendition's path."""
+    dest = project.build_dir / "port" / version
+    note_file = dest / ".git" / PORT_NOTE
+    if not note_file.is_file():
+        raise SglpatchError(f"{dest}: no tree prepared for a hand port of {version} (sglpatch rebase {version} prepares one)")
+    note = json.loads(note_file.read_text())
+    env = {"GIT_INDEX_FILE": str(dest / ".git" / "index-refresh")}
+    run_git(["read-tree", "port"], dest, env=env)
+    run_git(["add", "--all", "--", "."], dest, env=env)
+    tree = git_out(["write-tree"], dest, env=env)
+    changed = [p for p in git_out(["diff", "--name-only", "--cached", "port"], dest, env=env).splitlines() if p]
+    if not changed:
+        raise SglpatchError(f"{dest}: nothing changed against the release; nothing written")
+    for path in changed:
+        shown = run_git(["cat-file", "blob", f"{tree}:{path}"], dest, check=False)
+        marked = [n for n, line in enumerate(shown.stdout.decode(errors="replace").splitlines(), 1)
+                  if line.startswith(("<<<<<<< ", ">>>>>>> ", "||||||| ")) or line == "======="]
+        if shown.returncode == 0 and marked:
+            raise SglpatchError(f"{dest / path}:{marked[0]}: a conflict marker is left; resolve it, then refresh again")
+    series = project.series()
+    patch = series.get(note["patch"])
+    source = next((r for r in patch.renditions if str(r.path.relative_to(project.root)) == note["rendition"]), patch.main)
+    commit = commit_patch(dest, source, tree, git_out(["rev-parse", "port"], dest))
+    text = run_git(["format-patch", "-1", "--stdout", "--zero-commit", commit], dest).stdout.decode()
+    target = project.patches_dir / RENDITIONS_DIR / patch.stem / f"{version}.patch"
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(set_applies_to(_with_message_of(source, text), f"=={version}"))
+    return target
+
+
 def forward_port(project, version: str, *, write: bool = True) -> PortReport:
     """Classify every patch of the series on ``version``; with ``write``, and only when every patch
     is classified and the staged apply succeeds, pin it and write the renditions and the lock."""
@@ -525,6 +803,12 @@ def forward_port(project, version: str, *, write: bool = True) -> PortReport:
         trial = _Trial(Path(scratch), pin, pristine)
         for patch in series.patches:
             report.outcomes.append(_port_patch(project, trial, patch, pins.pins, version, writes))
+        report.tree = git_out(["rev-parse", f"{trial.parent}^{{tree}}"], trial.repo)
+        left = [outcome for outcome in report.outcomes if outcome.verdict == NEEDS_HAND_PORT and outcome.conflict]
+        if left:
+            report.prepared = str(prepare_hand_port(project, trial, version, left).relative_to(project.root))
+            for outcome in left:
+                outcome.prepared = report.prepared if outcome is left[0] else ""
     report.files = sorted(str(path.relative_to(project.root)) for path in writes.files)
     report.files += ["upstream/pins.toml", LOCK_FILE]
     if not write or not report.complete:

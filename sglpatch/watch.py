@@ -64,7 +64,8 @@ class WatchReport:
             "Every patch was classified and the staged apply (with witnesses) recorded the lock; review the "
             "new renditions before merging.\n"
             if self.complete
-            else "Not every patch is classified: a person must port the patches marked above; nothing was written for that release.\n"
+            else "Not every patch is classified: a person must port the patches marked above (each under "
+            "`build/port/<release>/`, ready for `sglpatch patch refresh <release>`); nothing was written for that release.\n"
         )
         return "\n".join(lines)
 
@@ -129,6 +130,30 @@ def _run(command: list[str], cwd: Path, what: str, timeout: int) -> str:
     if done.returncode != 0:
         raise SglpatchError(f"{what} failed: {(done.stderr or done.stdout).strip()[-500:]}")
     return done.stdout.strip()
+
+
+def hand_ports(report: WatchReport) -> list[tuple[str, forward.PortOutcome]]:
+    """(release, outcome) of every patch the watch could not port by itself."""
+    return [(port.version, o) for port in report.ports for o in port.outcomes if o.verdict == forward.NEEDS_HAND_PORT]
+
+
+def open_hand_port_issue(project, report: WatchReport) -> str:
+    """Where a patch needs a hand port: an issue opened with ``gh``, the report as its body (which
+    names the patch, the candidate, why the judge refused it and where the prepared tree is)."""
+    left = hand_ports(report)
+    if not left:
+        raise SglpatchError("no patch needs a hand port; there is no issue to open")
+    version = left[0][0]
+    names = ", ".join(outcome.name for _, outcome in left)
+    title = f"sglang {version}: {names} need{'s' if len(left) == 1 else ''} a hand port"
+    body = report.report_path.read_text() if report.report_path else report.markdown()
+    gh = shutil.which("gh")
+    if gh is None:
+        return f"{title}; gh is not installed, so the report is in the job summary and {report.report_path}"
+    body_file = (report.report_path or project.root / "build" / "watch" / "report.md").with_name("issue-body.md")
+    body_file.write_text(body)
+    url = _run([gh, "issue", "create", "--title", title, "--body-file", str(body_file)], project.root, "gh issue create", GH_TIMEOUT_S)
+    return f"issue opened: {url}"
 
 
 def open_pull_request(project, report: WatchReport, *, base: str = "main", remote: str = "origin") -> str:

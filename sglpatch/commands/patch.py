@@ -11,7 +11,8 @@ def register(sub) -> None:
     actions = parser.add_subparsers(required=True, metavar="ACTION")
     start = add(actions, "start", run_start, "apply the series to a pin's tree, ready for your commits")
     start.add_argument("pin")
-    refresh = add(actions, "refresh", run_refresh, "write the commits of a pin's tree back into patches/")
+    refresh = add(actions, "refresh", run_refresh,
+                  "write the commits of a pin's tree back into patches/ (or a hand port prepared by rebase under build/port/)")
     refresh.add_argument("pin")
     refresh.add_argument("--rendition-of", metavar="PATCH", help="new commits are this patch's rendition for the pin")
 
@@ -26,6 +27,16 @@ def run_start(project, args) -> int:
 
 
 def run_refresh(project, args) -> int:
+    from sglpatch import forward
+
+    prepared = project.build_dir / "port" / args.pin.removeprefix("v") / ".git" / forward.PORT_NOTE
+    if prepared.is_file() and args.pin.removeprefix("v") not in [pin.version for pin in project.pins().pins]:
+        # A tree `sglpatch rebase` left for a hand port of a release that is not pinned yet.
+        version = args.pin.removeprefix("v")
+        written = forward.refresh_port(project, version)
+        say(args, f"rendition      {written.relative_to(project.root)}  (from {prepared.parent.parent.relative_to(project.root)})")
+        say(args, f"next: sglpatch check, then sglpatch rebase {version}, and commit what it writes")
+        return exitcodes.OK
     version = pin_version(project, args.pin)
     refreshed = authoring.refresh(project, version, args.rendition_of)
     for item in refreshed:
