@@ -414,7 +414,7 @@ def _apply_commits(
                 continue
             witnessed = before.get(name)
             if witnessed is not None and witnessed.state == CLEAN:
-                same = _reverse_applies(tree_path, env, rendition)
+                same = reverse_applies(tree_path, env, rendition.diff_text)
                 how = "the patch reverse-applies: upstream has this change" if same else "upstream fixed it differently"
                 result.patches.append(
                     PatchOutcome(
@@ -592,7 +592,7 @@ def _apply_one(
         else:
             outcome.status = APPLIED
         return outcome
-    if _reverse_applies(tree_path, env, rendition):
+    if reverse_applies(tree_path, env, rendition.diff_text):
         outcome.status = ALREADY_UPSTREAM
         outcome.reverse_applies = True
         outcome.detail = "the patch reverse-applies: upstream already has it"
@@ -606,14 +606,10 @@ def _apply_one(
     return outcome
 
 
-def _reverse_applies(tree_path: Path, env: dict[str, str], rendition: PatchFile) -> bool:
-    reverse = run_git(
-        ["apply", "--cached", "--check", "--reverse", "--whitespace=nowarn", "-"],
-        tree_path,
-        env=env,
-        input=rendition.diff_text.encode(),
-        check=False,
-    )
+def reverse_applies(repo: Path, env: dict[str, str], diff: str) -> bool:
+    """Whether ``diff`` reverse-applies on the index ``env`` names: the tree already holds it."""
+    reverse = run_git(["apply", "--cached", "--check", "--reverse", "--whitespace=nowarn", "-"], repo, env=env,
+                      input=diff.encode(), check=False)
     return reverse.returncode == 0
 
 

@@ -67,6 +67,7 @@ from sglpatch.apply import (
     display_name,
     checkout_commit,
     commit_patch,
+    reverse_applies,
 )
 from sglpatch.diffs import parse_diff
 from sglpatch.errors import SglpatchError
@@ -487,11 +488,7 @@ class _Trial:
 
     def reverse_applies(self, rendition: PatchFile) -> bool:
         self._reset()
-        reverse = run_git(
-            ["apply", "--cached", "--check", "--reverse", "--whitespace=nowarn", "-"],
-            self.repo, env=self.env, input=rendition.diff_text.encode(), check=False,
-        )
-        return reverse.returncode == 0
+        return reverse_applies(self.repo, self.env, rendition.diff_text)
 
     def three_way(self, rendition: PatchFile, bases: list[sources.Pristine]) -> tuple[str, str, str]:
         """(result, commit or "", detail) of a three-way merge from the trees the rendition was

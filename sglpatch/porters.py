@@ -28,11 +28,12 @@ from pathlib import Path
 
 import unidiff
 
+from sglpatch.apply import reverse_applies
 from sglpatch.errors import SglpatchError
-from sglpatch.gitcmd import commit_env, git_out, run_git
+from sglpatch.gitcmd import IDENTITY_EMAIL, IDENTITY_NAME, commit_env, git_out, run_git
 from sglpatch.processes import declared_env, run_tool
 
-_FIXED = commit_env("sglpatch", "sglpatch@localhost", "1970-01-01T00:00:00Z")
+_FIXED = commit_env(IDENTITY_NAME, IDENTITY_EMAIL, "1970-01-01T00:00:00Z")
 WIGGLE_TIMEOUT_S = 120
 
 
@@ -203,9 +204,7 @@ def reduce(repo: Path, diff: str, onto: str, scratch: Path) -> Reduced:
         hunks = []
         for number, hunk in enumerate(patched, 1):
             single = _file_header(patched) + str(hunk)
-            back = run_git(["apply", "--cached", "--check", "--reverse", "--whitespace=nowarn", "-"], repo, env=env,
-                           input=single.encode(), check=False)
-            if back.returncode == 0 and not patched.is_added_file:
+            if reverse_applies(repo, env, single) and not patched.is_added_file:
                 dropped.append(f"{path}: hunk {number} (at line {hunk.source_start}), the release already holds it")
             else:
                 hunks.append(str(hunk))

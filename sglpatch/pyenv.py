@@ -434,7 +434,7 @@ def env_fingerprint(pin: Pin) -> str:
     specifiers can resolve to other versions on another day or index. Computed without building
     anything; before the environment is built its installed versions are ``NOT_BUILT``, a key
     no answer is kept under (the answer is kept under the key computed once it ran)."""
-    base = cache.cache_root() / "pyenv" / f"base-{_base_digest()}"
+    base = _base_path()
     parts = {
         "requirements": hashlib.sha256(REQUIREMENTS.read_bytes()).hexdigest(),
         "layout": BASE_LAYOUT,
@@ -448,7 +448,7 @@ def env_fingerprint(pin: Pin) -> str:
 def env_built(pin: Pin) -> bool:
     """Whether the pin's CPU environment (base and overlay) is built, so its fingerprint names
     the versions installed in it."""
-    return _installed_record(pin, cache.cache_root() / "pyenv" / f"base-{_base_digest()}") != NOT_BUILT
+    return _installed_record(pin, _base_path()) != NOT_BUILT
 
 
 def _installed_record(pin: Pin, base: Path) -> str:
@@ -458,25 +458,13 @@ def _installed_record(pin: Pin, base: Path) -> str:
         installed = json.loads(base_record)["packages"]
     except (OSError, ValueError, KeyError, TypeError):
         return NOT_BUILT
-    wanted = _overlay_wanted(pin, installed)
+    wanted = _unsatisfied((Requirement(spec) for spec in _pin_overlay_specs(pin.version, pin.sha256, pin)), installed)
     if not wanted:
         return base_record
     try:
         return base_record + (_overlay_path(base, wanted) / "sglpatch-complete.json").read_text()
     except OSError:
         return NOT_BUILT
-
-
-def _overlay_wanted(pin: Pin, base_versions: dict[str, str]) -> dict[str, str]:
-    """``overlay_requirements`` from the pin's remembered overlay specifiers."""
-    wanted = {}
-    for spec in _pin_overlay_specs(pin.version, pin.sha256, pin):
-        requirement = Requirement(spec)
-        name = _canonical(requirement.name)
-        have = base_versions.get(name)
-        if str(requirement.specifier) and (have is None or not requirement.specifier.contains(Version(have), prereleases=True)):
-            wanted[name] = str(requirement.specifier)
-    return dict(sorted(wanted.items()))
 
 
 def env_group(pin: Pin) -> str:
@@ -708,8 +696,14 @@ def pin_requirements(pin: Pin, index: str | None = None, only: tuple[str, ...] |
 
 def overlay_requirements(pin: Pin, index: str | None, base_versions: dict[str, str]) -> dict[str, str]:
     """name -> specifier the pin needs and the base does not satisfy, for ``OVERLAY_PACKAGES``."""
+    return _unsatisfied(pin_requirements(pin, index, only=OVERLAY_PACKAGES), base_versions)
+
+
+def _unsatisfied(requirements, base_versions: dict[str, str]) -> dict[str, str]:
+    """name -> specifier of each overlay package whose requirement the base's version does not
+    satisfy (the overlay an environment is built with, and named by)."""
     wanted = {}
-    for requirement in pin_requirements(pin, index, only=OVERLAY_PACKAGES):
+    for requirement in requirements:
         name = _canonical(requirement.name)
         if name not in OVERLAY_PACKAGES or not str(requirement.specifier):
             continue
@@ -726,8 +720,12 @@ def _base_digest() -> str:
     return hashlib.sha256(REQUIREMENTS.read_bytes() + BASE_LAYOUT.encode()).hexdigest()[:16]
 
 
+def _base_path() -> Path:
+    return cache.cache_root() / "pyenv" / f"base-{_base_digest()}"
+
+
 def _base_env() -> Path:
-    path = cache.cache_root() / "pyenv" / f"base-{_base_digest()}"
+    path = _base_path()
 
     def build(staging: Path) -> None:
         _make_venv(staging)

@@ -44,10 +44,11 @@ def witness_levels(result) -> str:
     number: how strong the proof behind the line is."""
     levels: dict[str, list[str]] = {}
     for outcome in result.patches:
+        names = levels.setdefault(outcome.name.split("-", 1)[0], [])
         for answer in (outcome.witness_before, outcome.witness_after):
             found = re.search(r"\[([^\]]+)\]$", answer or "")
-            if found and found.group(1) not in levels.setdefault(outcome.name.split("-", 1)[0], []):
-                levels[outcome.name.split("-", 1)[0]].append(found.group(1))
+            if found and found.group(1) not in names:
+                names.append(found.group(1))
     shown = [f"{number} {' / '.join(names)}" for number, names in levels.items() if names]
     if any(name.startswith("include-graph") for names in levels.values() for name in names):
         shown.append(f"nothing compiled; for hip-compile: {TOOLCHAIN_HINT}")

@@ -613,15 +613,7 @@ def test_a_patch_left_for_a_person_is_prepared_with_zdiff3_markers_and_refreshed
 
 
 RENAMED = "python/sglang/srt/layers/fused.py"
-FUSED_025 = '''from sglang.srt.context import get_global_server_args
-
-
-def use_fusion(batch_size):
-    return (
-        get_global_server_args().enable_fusion
-        and batch_size > 0
-    )
-'''
+FUSED_025 = COMM_016.replace("get_server_args", "get_global_server_args")  # the name before a rename
 FUSED_PATCHED = FUSED_025.replace("        and batch_size > 0\n", "        and batch_size > 0\n        and not get_global_server_args().fusion_in_prefill\n")
 
 

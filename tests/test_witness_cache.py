@@ -169,7 +169,7 @@ def test_changing_the_cpu_environment_changes_the_fingerprint(witness, offline_e
 def _built_environment(versions: dict[str, str]) -> None:
     """The pin's CPU environment as its build records it (the base alone: the offline overlay
     specs are satisfied by its transformers), without building anything."""
-    base = pyenv.cache.cache_root() / "pyenv" / f"base-{pyenv._base_digest()}"
+    base = pyenv._base_path()
     base.mkdir(parents=True, exist_ok=True)
     (base / "sglpatch-complete.json").write_text(json.dumps({"packages": versions}, sort_keys=True))
 

@@ -431,8 +431,7 @@ class RocmInstallation:
             version = (root / ".info" / "version").read_text().strip()
         except OSError:
             version = "unknown version"
-        binary = clangxx.resolve().stat()
-        stamp = hashlib.sha256(f"{root}\0{version}\0{binary.st_size}\0{binary.st_mtime_ns}".encode()).hexdigest()[:16]
+        stamp = hashlib.sha256(f"{root}\0{version}\0{_binary_identity(clangxx)}".encode()).hexdigest()[:16]
         return cls(HipToolchain(clangxx, root, None, f"rocm-{stamp}", f"ROCm {version}", "rocm-compile"), arches)
 
 
@@ -474,10 +473,8 @@ def _per_arch(outcomes: dict[str, tuple[str, str]], arches: list[str]) -> str:
 def _supported_cpus(clangxx: str, stamp: str) -> frozenset[str]:
     """The GPU targets the compiler knows, remembered by the binary (its resolved path, size and
     time) and the toolchain's stamp: a warm run starts no compiler to ask."""
-    binary = Path(clangxx).resolve()
     try:
-        seen = binary.stat()
-        key = hashlib.sha256(f"{binary}\0{seen.st_size}\0{seen.st_mtime_ns}\0{stamp}".encode()).hexdigest()[:32]
+        key = hashlib.sha256(f"{_binary_identity(Path(clangxx))}\0{stamp}".encode()).hexdigest()[:32]
     except OSError:
         key = None
 
@@ -490,6 +487,14 @@ def _supported_cpus(clangxx: str, stamp: str) -> frozenset[str]:
 
 
 SUPPORTED_CPUS = cache.Memo("clang-supported-cpus")
+
+
+def _binary_identity(path: Path) -> str:
+    """A compiler binary as far as a remembered answer about it goes: where it really is, its size
+    and time (a reinstall or an upgrade in place changes them)."""
+    binary = path.resolve()
+    seen = binary.stat()
+    return f"{binary}\0{seen.st_size}\0{seen.st_mtime_ns}"
 
 
 def _host_compiler() -> str | None:
