@@ -32,6 +32,12 @@ def read_lock(path: Path) -> dict:
     bad = [key for key, entry in data["pins"].items() if not isinstance(entry, dict)]
     if bad:
         raise SglpatchError(f"{path}: the entry for {bad[0]} is not an object")
+    # Entries are compared patch by patch (``result_of``, ``describe_difference``).
+    bad = [key for key, entry in data["pins"].items()
+           if not isinstance(entry.get("patches", []), list)
+           or not all(isinstance(patch, dict) and isinstance(patch.get("name"), str) for patch in entry.get("patches", []))]
+    if bad:
+        raise SglpatchError(f"{path}: the entry for {bad[0]} has patches that are not a list of objects with a name")
     return data
 
 

@@ -36,6 +36,8 @@ def test_a_series_entry_outside_patches_is_refused_with_its_line(tmp_path, entry
         ('"a string"', "not a format-1 sglpatch lock file"),
         ('{"format": 1, "pins": []}', "not a format-1 sglpatch lock file"),
         ('{"format": 1, "pins": {"0.5.14": "x"}}', "the entry for 0.5.14 is not an object"),
+        ('{"format": 1, "pins": {"0.1.0": {"patches": "x"}}}', "the entry for 0.1.0 has patches that are not a list"),
+        ('{"format": 1, "pins": {"0.1.0": {"patches": [{"status": "applied"}]}}}', "not a list of objects with a name"),
         ("{not json", "not valid JSON"),
     ],
 )
