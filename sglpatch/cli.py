@@ -6,9 +6,32 @@ import argparse
 import sys
 from pathlib import Path
 
-from sglpatch import __version__, commands, exitcodes, progress
+from sglpatch import __version__, exitcodes, progress
+from sglpatch.commands import (
+    apply,
+    bench,
+    check,
+    cpu_env,
+    export,
+    fetch,
+    image,
+    matrix,
+    patch,
+    pins,
+    profile,
+    quark_mtp_exclude,
+    rebase,
+    series,
+    status,
+    upstream,
+    watch,
+    witness,
+)
 from sglpatch.errors import SglpatchError, Unavailable
 from sglpatch.project import Project
+
+VERBS = (apply, witness, check, pins, fetch, cpu_env, patch, export, image, upstream, rebase, status,
+         watch, series, profile, quark_mtp_exclude, matrix, bench)  # in the order --help lists them
 
 DESCRIPTION = """\
 Reproducible fixes for sglang on AMD ROCm: a versioned patch series applied to
@@ -45,6 +68,6 @@ def parser() -> argparse.ArgumentParser:
     top.add_argument("--root", type=Path, default=None, help="the project folder (default: found from here)")
     top.add_argument("-q", "--quiet", action="store_true", help="no progress display; only results and errors")
     sub = top.add_subparsers(required=True, metavar="COMMAND")
-    for module in commands.modules():
+    for module in VERBS:
         module.register(sub)
     return top

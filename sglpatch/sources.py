@@ -24,8 +24,8 @@ from datetime import datetime
 from pathlib import Path, PurePosixPath
 
 from sglpatch import cache, progress
-from sglpatch import index as package_index
-from sglpatch.index import IndexConfig
+from sglpatch import package_index
+from sglpatch.package_index import IndexConfig
 from sglpatch.errors import SglpatchError
 from sglpatch.gitcmd import IDENTITY_EMAIL, IDENTITY_NAME, git_out, run_git
 from sglpatch.pins import Pin
@@ -64,7 +64,7 @@ class Pristine:
 def fetch_artifact(pin: Pin, index: IndexConfig | str | None = None) -> Path:
     """The pin's artifact in the cache, downloaded if absent, refused unless its sha256 matches.
 
-    ``index`` defaults to pip's configuration here (``sglpatch.index``)."""
+    ``index`` defaults to pip's configuration here (``sglpatch.package_index``)."""
     dest = cache.cache_root() / "artifacts" / pin.artifact
     with cache.entry_lock(dest):
         if dest.exists():

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from sglpatch import exitcodes
-from sglpatch.commands import add, emit_json, jobs_flag, json_flag, say, witness_mode
+from sglpatch.cli_options import add, emit_json, jobs_flag, json_flag, say, witness_mode
 from sglpatch.errors import SglpatchError
 from sglpatch.project import apply_series
 from sglpatch.report import render_apply

@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 from sglpatch import exitcodes
-from sglpatch.commands import add, keep_record, options_from, rocm_options, say
+from sglpatch.cli_options import add, keep_record, options_from, rocm_options, say
 
 
 def register(sub) -> None:

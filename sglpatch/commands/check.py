@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from sglpatch import exitcodes
 from sglpatch.check import check_series
-from sglpatch.commands import add, emit_json, json_flag, say
+from sglpatch.cli_options import add, emit_json, json_flag, say
 
 
 def register(sub) -> None:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from sglpatch import exitcodes, pyenv
-from sglpatch.commands import add, jobs_flag, say
+from sglpatch.cli_options import add, jobs_flag, say
 
 
 def register(sub) -> None:

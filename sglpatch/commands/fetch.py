@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from sglpatch import exitcodes, sources
-from sglpatch.commands import add, say
+from sglpatch.cli_options import add, say
 
 
 def register(sub) -> None:

@@ -6,7 +6,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from sglpatch import exitcodes
-from sglpatch.commands import add, keep_record, emit_json, jobs_flag, json_flag, options_from, pin_version, rocm_options, say, witness_mode
+from sglpatch.cli_options import add, keep_record, emit_json, jobs_flag, json_flag, options_from, pin_version, rocm_options, say, witness_mode
 from sglpatch.errors import SglpatchError
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from sglpatch import authoring, exitcodes
-from sglpatch.commands import add, pin_version, say
+from sglpatch.cli_options import add, pin_version, say
 
 
 def register(sub) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict
 
 from sglpatch import exitcodes
-from sglpatch.commands import add, emit_json, json_flag, say
+from sglpatch.cli_options import add, emit_json, json_flag, say
 
 
 def register(sub) -> None:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from sglpatch import exitcodes
-from sglpatch.commands import add, say
+from sglpatch.cli_options import add, say
 from sglpatch.profile import load_profile
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from sglpatch import exitcodes, versions
-from sglpatch.commands import add, say
+from sglpatch.cli_options import add, say
 
 
 def register(sub) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from sglpatch import exitcodes, upstream_pr, versions
-from sglpatch.commands import add, say
+from sglpatch.cli_options import add, say
 
 
 def register(sub) -> None:

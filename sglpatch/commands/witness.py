@@ -6,7 +6,7 @@ import tempfile
 from pathlib import Path
 
 from sglpatch import exitcodes
-from sglpatch.commands import add, emit_json, jobs_flag, json_flag, say, witness_mode
+from sglpatch.cli_options import add, emit_json, jobs_flag, json_flag, say, witness_mode
 from sglpatch.project import apply_series
 from sglpatch.report import render_witnesses
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO_ROOT
-from sglpatch import index
+from sglpatch import package_index as index
 from sglpatch.project import apply_series
 
 def _simple_index(folder, artifacts):
