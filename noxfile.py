@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -125,7 +124,7 @@ CPU_ENV_MISSING = "CPU witness environment not built: the MTP and flags witnesse
 
 
 def _cpu_env_command(pins: list[str] | None) -> list[str]:
-    return ["sglpatch", "cpu-env", *_jobs([]), *(pins or [])]
+    return ["sglpatch", "cpu-env", *(pins or [])]
 
 
 def _cpu_env(session: nox.Session, pins: list[str] | None = None) -> None:
@@ -149,30 +148,21 @@ def _start_cpu_env(session: nox.Session, pins: list[str] | None = None) -> tuple
     return process, log
 
 
-def _what_the_run_needs(posargs: list[str]) -> tuple[bool, list[str]]:
-    """(whether the witnesses run, the pins named) for an ``apply``/``witness`` run, so a run for
-    one pin, or one without witnesses, installs only what it uses."""
-    witnesses = "--no-witnesses" not in posargs
-    pins = [arg for arg in posargs if not arg.startswith("-") and arg.removeprefix("v") in PINS]
-    return witnesses, pins
-
-
-def _jobs(posargs: list[str]) -> list[str]:
-    """Pins at a time for the commands that take --jobs: the machine's cores (at most 4: each
-    worker keeps up to three CPU Pythons with torch imported), unless the user said."""
-    if any(arg in ("-j", "--jobs") or arg.startswith(("-j", "--jobs=")) for arg in posargs):
-        return []
-    return ["--jobs", str(max(1, min(4, os.cpu_count() or 1)))]
+def _witness_needs(session: nox.Session, command: list[str]) -> dict:
+    """Whether ``sglpatch COMMAND`` runs witnesses and for which pins, as sglpatch reads its own
+    arguments (``cpu-env --needs --for``), so a run for one pin, or one without witnesses,
+    installs only what it uses."""
+    answer = session.run("sglpatch", "cpu-env", "--needs", "--for", *command, silent=True)
+    return json.loads(answer.strip().splitlines()[-1])
 
 
 def _sglpatch(session: nox.Session, *args: str) -> None:
     """Install sglpatch and the witness toolchains the run needs, then run one sglpatch command."""
     session.install("-e", ".")
-    witnesses, pins = _what_the_run_needs([*args[1:], *session.posargs])
-    jobs = _jobs(session.posargs) if args[0] in ("apply", "witness") and "--into" not in session.posargs else []
-    with (_witness_tools_beside_the_run(session, pins) if witnesses and args[0] in ("apply", "witness", "rebase", "upstream")
-          else contextlib.nullcontext()):
-        session.run("sglpatch", *args, *jobs, *session.posargs)
+    command = [*args, *session.posargs]
+    needs = _witness_needs(session, command)
+    with _witness_tools_beside_the_run(session, needs["pins"]) if needs["witnesses"] else contextlib.nullcontext():
+        session.run("sglpatch", *command)
 
 
 @nox.session
@@ -229,30 +219,34 @@ def tests(session: nox.Session) -> None:
 
 TIERS = ("cpu", "rocm")
 DEPTHS = range(1, 7)
-_MATRIX_PYTHON: list[str] = []  # set by the matrix-env session, which every cell requires
-_TOOLCHAIN_CHECKED: list[bool] = []
+MATRIX_ENV = "matrix-env"
 
 
-@nox.session(name="matrix-env", default=False)
+@nox.session(name=MATRIX_ENV, default=False)
 def matrix_env(session: nox.Session) -> None:
     """The one environment the matrix, bench and report sessions run in (nox -R reuses it as is)."""
     session.install("-e", ".[rocm,bench]")
-    _MATRIX_PYTHON[:] = [str(Path(session.bin) / "python")]
+
+
+@nox.session(name="hip-toolchain", venv_backend="none", default=False)
+def hip_toolchain(session: nox.Session) -> None:
+    """The pinned HIP toolchain of the rocm-guard witness; the cells that compile require it, so
+    nox installs or checks it once per run (the script's own check costs seconds)."""
+    _hip_toolchain(session)
 
 
 def _matrix_python(session: nox.Session) -> str:
-    if not _MATRIX_PYTHON:
-        session.error("the matrix-env session did not run first (it is required by this one)")
-    return _MATRIX_PYTHON[0]
+    """The matrix-env session's Python: that session's folder beside this one's, as nox names
+    them (this session requires it, so it exists, or nox said why not)."""
+    python = session.env_dir.parent / MATRIX_ENV / "bin" / "python"
+    if not python.exists():
+        session.error(f"{python} is missing: the {MATRIX_ENV} session did not run (this session requires it)")
+    return str(python)
 
 
 def _cell(session: nox.Session, tier: str, check: str, pin: str, depth: int | None = None) -> None:
     """Run one matrix cell; a cell that cannot run here is reported as a nox skip with its reason."""
     python = _matrix_python(session)
-    if tier == "cpu" and not _TOOLCHAIN_CHECKED:
-        # Once per nox run (sessions share this process): the script's own check costs seconds.
-        _hip_toolchain(session)
-        _TOOLCHAIN_CHECKED.append(True)
     name = f"{tier}-{check}-{pin}" + (f"-d{depth}" if depth is not None else "")
     record = ROOT / ".nox" / "matrix-sessions" / f"{name}.json"
     record.unlink(missing_ok=True)
@@ -274,28 +268,28 @@ def _cells(depths: bool = False) -> list:
     ]
 
 
-@nox.session(venv_backend="none", default=False, requires=["matrix-env"])
+@nox.session(venv_backend="none", default=False, requires=[MATRIX_ENV, "hip-toolchain"])
 @nox.parametrize(["tier", "pin"], _cells())
 def build(session: nox.Session, tier: str, pin: str) -> None:
     """Matrix: the JIT kernels the series touches build for ROCm (cpu: HIP compile + import smoke; rocm: in the image)."""
     _cell(session, tier, "build", pin)
 
 
-@nox.session(venv_backend="none", default=False, requires=["matrix-env"])
+@nox.session(venv_backend="none", default=False, requires=[MATRIX_ENV, "hip-toolchain"])
 @nox.parametrize(["tier", "pin"], _cells())
 def load(session: nox.Session, tier: str, pin: str) -> None:
     """Matrix: the model loads with its MTP head (cpu: quantization resolved per MTP module; rocm: server + generate)."""
     _cell(session, tier, "load", pin)
 
 
-@nox.session(venv_backend="none", default=False, requires=["matrix-env"])
+@nox.session(venv_backend="none", default=False, requires=[MATRIX_ENV, "hip-toolchain"])
 @nox.parametrize(["tier", "pin", "depth"], _cells(depths=True))
 def spec(session: nox.Session, tier: str, pin: str, depth: int) -> None:
     """Matrix: the profile at EAGLE depth d (d steps, top-k 1, d+1 drafts) is accepted (cpu) and serves well (rocm)."""
     _cell(session, tier, "spec", pin, depth)
 
 
-@nox.session(name="rocm-job", venv_backend="none", default=False, requires=["matrix-env"])
+@nox.session(name="rocm-job", venv_backend="none", default=False, requires=[MATRIX_ENV])
 @nox.parametrize("pin", [nox.param(pin, id=pin, tags=["rocm-job"]) for pin in PINS])
 def rocm_job(session: nox.Session, pin: str) -> None:
     """ROCm CI job of one pin: image built once, one server per launch configuration shared by its checks; -- --event pr|nightly|weekly."""
@@ -308,16 +302,13 @@ def rocm_job(session: nox.Session, pin: str) -> None:
         session.skip(outcome["reason"])
 
 
-@nox.session(name="cpu-tier", venv_backend="none", default=False, requires=["matrix-env"])
+@nox.session(name="cpu-tier", venv_backend="none", default=False, requires=[MATRIX_ENV, "hip-toolchain"])
 def cpu_tier(session: nox.Session) -> None:
     """Matrix: every CPU cell of every pin in one run, a pin per core at a time (what .ci/run uses; -- PIN... for some)."""
-    if not _TOOLCHAIN_CHECKED:
-        _hip_toolchain(session)
-        _TOOLCHAIN_CHECKED.append(True)
-    session.run(_matrix_python(session), "-m", "sglpatch", "matrix", "run-all", *_jobs(session.posargs), *session.posargs, external=True)
+    session.run(_matrix_python(session), "-m", "sglpatch", "matrix", "run-all", *session.posargs, external=True)
 
 
-@nox.session(venv_backend="none", requires=["matrix-env"])
+@nox.session(venv_backend="none", requires=[MATRIX_ENV])
 def report(session: nox.Session) -> None:
     """Render the matrix table (markdown) from the cell records; -- --records DIR for CI artifacts."""
     session.run(_matrix_python(session), "-m", "sglpatch", "matrix", "report", *session.posargs, external=True)
@@ -340,7 +331,7 @@ def _rocm_door(session: nox.Session, args: list[str], name: str) -> None:
         session.skip(outcome["reason"])
 
 
-@nox.session(venv_backend="none", default=False, requires=["matrix-env"])
+@nox.session(venv_backend="none", default=False, requires=[MATRIX_ENV])
 @nox.parametrize(
     ["tier", "pin", "workload"],
     [nox.param("rocm", pin, workload, id=f"rocm, {pin}, {workload}", tags=["rocm", "bench"])
@@ -351,21 +342,21 @@ def bench(session: nox.Session, tier: str, pin: str, workload: str) -> None:
     _rocm_door(session, ["run", workload, pin], f"bench-{workload}-{pin}")
 
 
-@nox.session(venv_backend="none", default=False, requires=["matrix-env"])
+@nox.session(venv_backend="none", default=False, requires=[MATRIX_ENV])
 @nox.parametrize(["tier", "pin"], [nox.param("rocm", pin, id=f"rocm, {pin}", tags=["rocm", "bench"]) for pin in PINS])
 def accuracy(session: nox.Session, tier: str, pin: str) -> None:
     """Gate: GSM8K >= 0.935 and accept length >= 5.0 (sglang's AMD CI floors) on the patched image, MTP 5/1/6."""
     _rocm_door(session, ["accuracy", pin], f"rocm-accuracy-{pin}")
 
 
-@nox.session(name="tune-moe", venv_backend="none", default=False, requires=["matrix-env"])
+@nox.session(name="tune-moe", venv_backend="none", default=False, requires=[MATRIX_ENV])
 @nox.parametrize(["tier", "pin"], [nox.param("rocm", pin, id=f"rocm, {pin}", tags=["tune"]) for pin in PINS])
 def tune_moe(session: nox.Session, tier: str, pin: str) -> None:
     """aiter's MoE tuner, in the image, for the shapes the serving bench found untuned; writes the profile's config."""
     session.run(_matrix_python(session), "-m", "sglpatch", "bench", "tune-moe", pin, *session.posargs, external=True)
 
 
-@nox.session(name="bench-report", venv_backend="none", requires=["matrix-env"])
+@nox.session(name="bench-report", venv_backend="none", requires=[MATRIX_ENV])
 def bench_report(session: nox.Session) -> None:
     """Render the bench table and plots from build/bench/records; -- --records DIR for CI artifacts."""
     session.run(_matrix_python(session), "-m", "sglpatch", "bench", "report", *session.posargs, external=True)

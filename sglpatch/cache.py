@@ -20,6 +20,7 @@ from pathlib import Path
 
 from filelock import FileLock, Timeout
 
+from sglpatch import progress
 from sglpatch.errors import SglpatchError
 
 CACHE_ENV = "SGLPATCH_CACHE_DIR"
@@ -98,8 +99,6 @@ def _holder(owner_path: Path) -> str:
 
 
 def _say_waiting(message: str) -> None:
-    from sglpatch import progress
-
     progress.note(message)
 
 

@@ -8,7 +8,7 @@ import json
 import sys
 from pathlib import Path
 
-from sglpatch import progress
+from sglpatch import progress, workers
 
 
 def add(sub, name: str, run, help: str, *, needs_project: bool = True) -> argparse.ArgumentParser:
@@ -32,8 +32,8 @@ def witness_mode(parser: argparse.ArgumentParser) -> None:
 
 def jobs_flag(parser: argparse.ArgumentParser, what: str) -> None:
     parser.add_argument(
-        "-j", "--jobs", type=_positive, default=1, metavar="N",
-        help=f"{what} in N worker processes at once (default: 1; the nox sessions use the machine's cores)",
+        "-j", "--jobs", type=_positive, default=workers.default_jobs(), metavar="N",
+        help=f"{what} in N worker processes at once (default: the machine's cores, at most {workers.MAX_DEFAULT_JOBS})",
     )
 
 

@@ -13,12 +13,20 @@ free up, so a slow pin never holds back pins waiting behind it.
 from __future__ import annotations
 
 import multiprocessing
+import os
 import traceback
 from collections.abc import Callable, Hashable
 from multiprocessing.connection import wait
 from typing import Any, TypeVar
 
 Item = TypeVar("Item")
+
+MAX_DEFAULT_JOBS = 4  # each worker keeps up to three CPU Pythons with torch imported
+
+
+def default_jobs() -> int:
+    """Workers when the user names none: the machine's cores, at most ``MAX_DEFAULT_JOBS``."""
+    return max(1, min(MAX_DEFAULT_JOBS, os.cpu_count() or 1))
 
 
 def next_item(pending: dict[Hashable, list], last: Hashable | None, busy: dict[Hashable, int]) -> tuple[Hashable, Any]:

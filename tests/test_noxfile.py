@@ -4,10 +4,13 @@ nox's own environment (so -R and --no-install work), and nox -l survives bad inp
 from __future__ import annotations
 
 import importlib.util
+import json
 
 import pytest
 
 from conftest import REPO_ROOT
+from sglpatch import cli
+from sglpatch.commands.cpu_env import witness_needs
 
 
 @pytest.fixture(scope="module")
@@ -19,7 +22,8 @@ def noxfile():
 
 
 class _Session:
-    """A stand-in for nox.Session that records what a session would install and run."""
+    """A stand-in for nox.Session that records what a session would install and run; asked what a
+    run needs (``sglpatch cpu-env --needs --for``), it answers with sglpatch's own reading."""
 
     def __init__(self, posargs):
         self.posargs, self.calls = posargs, []
@@ -28,6 +32,8 @@ class _Session:
         self.calls.append(("install", *args))
 
     def run(self, *args, **kwargs):
+        if args[:4] == ("sglpatch", "cpu-env", "--needs", "--for"):
+            return json.dumps(witness_needs(list(args[4:]))) + "\n"
         self.calls.append(("run", *args))
 
     def warn(self, message):
@@ -38,6 +44,12 @@ class _Session:
 
     def ran(self):
         return [" ".join(call[1:3]) for call in self.calls if call[0] == "run"]
+
+
+def _answering_needs(session, run):
+    """``run`` for every command but the question what a run needs, which the stand-in answers."""
+    answer = session.run
+    return lambda *args, **kwargs: answer(*args) if args[:2] == ("sglpatch", "cpu-env") else run(*args, **kwargs)
 
 
 @pytest.fixture(autouse=True)
@@ -85,8 +97,7 @@ def test_apply_installs_only_what_the_run_needs(noxfile, posargs, expected):
     assert session.ran() == expected
     cpu_env = [call for call in session.calls if call[:3] == ("run", "sglpatch", "cpu-env")]
     if cpu_env:
-        assert cpu_env[0][3] == "--jobs"  # distinct environments built side by side
-        assert list(cpu_env[0][5:]) == [arg for arg in posargs if not arg.startswith("-")]
+        assert list(cpu_env[0][3:]) == [arg for arg in posargs if not arg.startswith("-")]
 
 
 def test_commands_without_witnesses_install_no_toolchain(noxfile):
@@ -99,8 +110,11 @@ def test_every_matrix_and_bench_session_runs_in_noxs_own_shared_environment(noxf
     import nox.registry
 
     sessions = nox.registry.get()
-    for name in ("build", "load", "spec", "cpu-tier", "report", "bench", "accuracy", "tune-moe", "bench-report"):
+    for name in ("build", "load", "spec", "cpu-tier"):
+        assert sessions[name].requires == ["matrix-env", "hip-toolchain"], name  # once per nox run
+    for name in ("report", "bench", "accuracy", "tune-moe", "bench-report"):
         assert sessions[name].requires == ["matrix-env"], name
+    for name in ("build", "load", "spec", "cpu-tier", "report", "bench", "accuracy", "tune-moe", "bench-report"):
         assert sessions[name].venv_backend == "none", name
     assert sessions["matrix-env"].venv_backend is None  # nox's default backend: a real venv nox manages
 
@@ -126,7 +140,7 @@ def test_apply_runs_beside_the_cpu_python_build_once_the_toolchain_is_there(noxf
     monkeypatch.setattr(noxfile, "_start_hip_toolchain", lambda session: seen.append("toolchain started") or _Finished(0, seen, "toolchain"))
     monkeypatch.setattr(noxfile, "_start_cpu_env", lambda session, pins=None: (seen.append("cpu-env started") or _Finished(2, seen, "cpu-env"), "cpu-env.log"))
     session = _Session([])
-    session.run = lambda *args, **kwargs: seen.append(" ".join(args[:2]))
+    session.run = _answering_needs(session, lambda *args: seen.append(" ".join(args[:2])))
     noxfile._sglpatch(session, "apply")
     assert seen == ["toolchain started", "cpu-env started", "toolchain waited for", "sglpatch apply", "cpu-env waited for"]
     assert session.calls[-1] == ("warn", f"{noxfile.CPU_ENV_MISSING} (see cpu-env.log)")
@@ -140,24 +154,31 @@ def test_a_failed_apply_stops_the_cpu_python_build_beside_it(noxfile, monkeypatc
     def fails(*args, **kwargs):
         raise RuntimeError("apply failed")
 
-    session.run = fails
+    session.run = _answering_needs(session, fails)
     with pytest.raises(RuntimeError):
         noxfile._sglpatch(session, "apply")
     assert seen == ["cpu-env stopped", "cpu-env waited for"]
 
 
-@pytest.mark.parametrize("command", ["apply", "witness"])
-def test_apply_and_witness_take_a_pin_per_core_unless_told(noxfile, command, monkeypatch):
-    monkeypatch.setattr(noxfile.os, "cpu_count", lambda: 16)
-    session = _Session(["0.5.14"])
-    noxfile._sglpatch(session, command)
-    assert session.calls[-1] == ("run", "sglpatch", command, "--jobs", "4", "0.5.14")  # at most 4
-    session = _Session(["--jobs=1"])
-    noxfile._sglpatch(session, command)
-    assert session.calls[-1] == ("run", "sglpatch", command, "--jobs=1")
+@pytest.mark.parametrize("command", ["apply", "witness", "matrix run-all", "cpu-env"])
+def test_sglpatch_takes_a_pin_per_core_unless_told_and_nox_passes_no_jobs(noxfile, command, monkeypatch):
+    monkeypatch.setattr("os.cpu_count", lambda: 16)
+    verb = command.split()
+    assert cli.parser().parse_args([*verb, "0.5.14"]).jobs == 4  # at most 4
+    assert cli.parser().parse_args([*verb, "--jobs=1", "0.5.14"]).jobs == 1
+    monkeypatch.setattr("os.cpu_count", lambda: 1)
+    assert cli.parser().parse_args([*verb, "0.5.14"]).jobs == 1
+    if command in ("apply", "witness"):
+        session = _Session(["0.5.14"])
+        noxfile._sglpatch(session, command)
+        assert session.calls[-1] == ("run", "sglpatch", command, "0.5.14")
 
 
-def test_apply_into_a_checkout_is_one_pin_and_gets_no_jobs(noxfile):
+def test_apply_into_a_checkout_builds_no_witness_environment(noxfile):
     session = _Session(["--into", "/sgl-workspace/sglang"])
     noxfile._sglpatch(session, "apply")
+    assert session.ran() == ["sglpatch apply"]
     assert session.calls[-1] == ("run", "sglpatch", "apply", "--into", "/sgl-workspace/sglang")
+    session = _Session(["--into", "/sgl-workspace/sglang", "--witness"])
+    noxfile._sglpatch(session, "apply")
+    assert session.ran() == ["bash ci/install-hip-toolchain.sh", "sglpatch cpu-env", "sglpatch apply"]
