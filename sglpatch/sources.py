@@ -16,15 +16,15 @@ import re
 import stat
 import tarfile
 import tempfile
-import urllib.parse
 import zipfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path, PurePosixPath
 
-from sglpatch import cache, progress
-from sglpatch import package_index
+from pypi_simple import ProjectPage
+
+from sglpatch import cache, package_index, progress
 from sglpatch.package_index import IndexConfig
 from sglpatch.errors import SglpatchError
 from sglpatch.gitcmd import IDENTITY_EMAIL, IDENTITY_NAME, git_out, run_git
@@ -255,30 +255,31 @@ def _index_entries_at(config: IndexConfig, url: str) -> dict[str, dict]:
         raise SglpatchError(f"cannot read the package index at {project_url}: {exc}") from None
     except OSError as exc:
         raise SglpatchError(f"cannot read the package index at {project_url}: {exc}") from None
-    if "json" in content_type:
-        try:
-            files = json.loads(body)["files"]
-        except (ValueError, KeyError, TypeError) as exc:
-            raise SglpatchError(f"{project_url}: not a PEP 691 project page: {exc}") from None
-        return {
-            entry["filename"]: {
-                "url": urllib.parse.urljoin(project_url, entry["url"]),
-                "sha256": entry.get("hashes", {}).get("sha256", ""),
-                "released": entry.get("upload-time", ""),
-            }
-            for entry in files
-        }
-    return _parse_simple_html(body, project_url)
+    try:
+        if "json" in content_type:
+            page = ProjectPage.from_json_data(json.loads(body), project_url)
+        else:
+            page = ProjectPage.from_html("sglang", body, project_url)
+    except (ValueError, KeyError, TypeError) as exc:
+        raise SglpatchError(f"{project_url}: not a PEP 691 or PEP 503 project page: {exc}") from None
+    return _entries(page)
 
 
 def _parse_simple_html(body: bytes, page_url: str) -> dict[str, dict]:
-    entries = {}
-    for href in re.findall(rb'href="([^"]+)"', body):
-        url, _, fragment = href.decode().partition("#")
-        name = urllib.parse.unquote(url.rsplit("/", 1)[-1])
-        sha = fragment.removeprefix("sha256=") if fragment.startswith("sha256=") else ""
-        entries[name] = {"url": urllib.parse.urljoin(page_url, url), "sha256": sha, "released": ""}
-    return entries
+    return _entries(ProjectPage.from_html("sglang", body, page_url))
+
+
+def _entries(page: ProjectPage) -> dict[str, dict]:
+    """The project page's files as ``index_entries`` gives them; pypi-simple reads both the JSON
+    (PEP 691) and the HTML (PEP 503) page, its hashes and upload times."""
+    return {
+        package.filename: {
+            "url": package.url,
+            "sha256": package.digests.get("sha256", ""),
+            "released": package.upload_time.isoformat().replace("+00:00", "Z") if package.upload_time else "",
+        }
+        for package in page.packages
+    }
 
 
 # -- unpack -------------------------------------------------------------------------------------

@@ -3,18 +3,22 @@
 from __future__ import annotations
 
 import hashlib
+import http.server
+import json
 import os
 import re
 import shlex
 import shutil
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
 
 from conftest import REPO_ROOT
 from sglpatch import package_index as index
+from sglpatch import sources
 from sglpatch.project import apply_series
 
 def _simple_index(folder, artifacts):
@@ -153,3 +157,44 @@ def test_the_configured_index_lists_the_pinned_artifacts():
     entries = sources.index_entries()
     for pin in load_pins(REPO_ROOT / "upstream" / "pins.toml").pins:
         assert pin.artifact in entries, pin.artifact
+
+
+@pytest.mark.parametrize("page", ["json", "html"])
+def test_an_index_served_over_http_is_read_as_pep_691_json_or_pep_503_html(tmp_path, page):
+    """The project page as an index server sends it, JSON when asked for it or HTML: file names,
+    absolute URLs, the sha256 and (JSON only) the upload time."""
+    digest = "ab" * 32
+    bodies = {
+        "json": ("application/vnd.pypi.simple.v1+json", json.dumps({
+            "meta": {"api-version": "1.1"}, "name": "sglang",
+            "files": [{"filename": "sglang-0.5.24.tar.gz", "url": "../../files/sglang-0.5.24.tar.gz",
+                       "hashes": {"sha256": digest}, "upload-time": "2026-11-30T10:20:30.123456Z"}],
+        })),
+        "html": ("text/html", f'<html><body><a href="../../files/sglang-0.5.24.tar.gz#sha256={digest}">sglang-0.5.24.tar.gz</a></body></html>'),
+    }
+    asked = []
+
+    class Index(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            asked.append((self.path, self.headers.get("Accept", "")))
+            kind, body = bodies[page]
+            self.send_response(200)
+            self.send_header("Content-Type", kind)
+            self.end_headers()
+            self.wfile.write(body.encode())
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.HTTPServer(("127.0.0.1", 0), Index)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{server.server_port}/simple"
+        entries = sources.index_entries(url)
+    finally:
+        server.shutdown()
+    assert asked[0][0] == "/simple/sglang/" and "application/vnd.pypi.simple.v1+json" in asked[0][1]
+    entry = entries["sglang-0.5.24.tar.gz"]
+    assert entry["url"] == f"http://127.0.0.1:{server.server_port}/files/sglang-0.5.24.tar.gz"
+    assert entry["sha256"] == digest
+    assert entry["released"] == ("2026-11-30T10:20:30.123456Z" if page == "json" else "")
