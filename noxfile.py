@@ -4,7 +4,7 @@
     nox -s check                 lint the series and its patches
     nox -s witness               every patch's witness on every pin, pristine and patched
     nox -s upstream -- PATCH     prepare one patch as an upstream pull request
-    nox -s rebase -- VERSION     forward-port the series to a new sglang release
+    nox -s rebase -- VERSION     rebase the series onto a new sglang release
     nox -s watch                 rebase onto every release on the index newer than the newest pin
     nox -s tests                 the test suite, in parallel
 

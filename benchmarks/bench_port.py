@@ -2,7 +2,7 @@
 
 For every pinned release V (or those given): a copy of the project as if V had never been seen (its pin
 and lock entry removed, every rendition made for V alone deleted, ranges ending or starting at V
-narrowed; ``sglpatch.leave_one_out``), then ``sglpatch rebase V`` in the copy -- the cascade of porters
+narrowed; ``sglpatch.leave_one_out``), then ``sglpatch rebase V`` in the copy -- the cascade of merge tools
 and the judge -- and, unless ``--dry-run``, the staged witnessed apply that writes the pin and lock.
 Per release and patch: the verdict, the cascade step that ported it or what stopped it, whether the
 release's tree equals the committed lock's, and the time. Totals: k/N ported by themselves, j/N
@@ -23,7 +23,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from sglpatch.leave_one_out import port_left_out  # noqa: E402
+from sglpatch.leave_one_out import rebase_left_out  # noqa: E402
 from sglpatch.pins import load_pins  # noqa: E402
 
 
@@ -52,7 +52,7 @@ def main(argv: list[str] | None = None) -> int:
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="sglpatch-bench-port-") as work:
         for version in versions:
-            row = port_left_out(ROOT, version, Path(work), write=not args.dry_run)
+            row = rebase_left_out(ROOT, version, Path(work), write=not args.dry_run)
             rows.append(row)
             print(f"| {version} | {'yes' if row['ported'] else 'no'} | {'yes' if row['identical'] else 'no'} | "
                   f"{row['seconds']:.0f} s | {'; '.join(_cell(p) for p in row['patches']) or row['error'][:200]} |", flush=True)

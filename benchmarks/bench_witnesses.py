@@ -2,7 +2,7 @@
 
 Per tree (each pin's pristine release and the release with the series applied), uncached: the
 MTP witness (``mtp-quark-exclude``) and the flags witness (``rocm-flags``) in the one child
-process they share (``pyenv.CpuPython.run_probes``), with the child's own timings: preparing the
+process they share (``probe_runs.CpuPython.run_probes``), with the child's own timings: preparing the
 emulated box (torch, HIP emulation, stand-ins), importing sglang, each probe, and the wall time
 seen by the caller. The child is forked from a fork server per CPU environment
 (``probes/zygote.py``) that prepared the box and imported the environment's packages once; the
@@ -33,7 +33,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from sglpatch import pyenv, sources  # noqa: E402
+from sglpatch import probe_children, probe_runs, sources  # noqa: E402
 from sglpatch.project import Project  # noqa: E402
 from sglpatch.witnesses import mtp_exclude, rocm_flags  # noqa: E402
 
@@ -85,8 +85,8 @@ def _together(python, tree: Path, pin, witnesses) -> dict:
 
 
 def _separate(python, tree: Path, pin, witnesses) -> float:
-    saved = os.environ.get(pyenv.FORK_SERVER_ENV)
-    os.environ[pyenv.FORK_SERVER_ENV] = "0"
+    saved = os.environ.get(probe_children.FORK_SERVER_ENV)
+    os.environ[probe_children.FORK_SERVER_ENV] = "0"
     try:
         started = time.monotonic()
         for witness in witnesses:
@@ -94,9 +94,9 @@ def _separate(python, tree: Path, pin, witnesses) -> float:
         return time.monotonic() - started
     finally:
         if saved is None:
-            os.environ.pop(pyenv.FORK_SERVER_ENV)
+            os.environ.pop(probe_children.FORK_SERVER_ENV)
         else:
-            os.environ[pyenv.FORK_SERVER_ENV] = saved
+            os.environ[probe_children.FORK_SERVER_ENV] = saved
 
 
 def main() -> int:
@@ -109,20 +109,20 @@ def main() -> int:
     project = Project(ROOT)
     witnesses = [mtp_exclude.MtpQuarkExcludeWitness(), rocm_flags.RocmFlagsWitness()]
     if args.fresh:
-        os.environ[pyenv.FORK_SERVER_ENV] = "0"
+        os.environ[probe_children.FORK_SERVER_ENV] = "0"
     totals: dict[str, list[float]] = {"pristine": [], "patched": []}
     without_start: list[float] = []
     starts: dict[str, float] = {}
     separate: list[float] = []
     with tempfile.TemporaryDirectory(prefix="sglpatch-bench-witnesses-") as work:
         if args.cold:
-            pyenv.BYTECODE_DIR = Path(work) / "bytecode"
+            probe_children.BYTECODE_DIR = Path(work) / "bytecode"
         print(f"{'tree':<22} {'wall':>6} {'server':>7} {'box':>6} {'import':>7} {'mtp':>6} {'flags':>6}  "
               f"{'bytecode':>9}  answers"
               + ("   separate" if args.separate else ""))
         for version in args.pins:
             pin = project.pins().select([version])[0]
-            python = pyenv.cpu_python(pin)
+            python = probe_runs.cpu_python(pin)
             for kind, tree in _trees(project, version, Path(work)).items():
                 figures = _together(python, tree, pin, witnesses)
                 totals[kind].append(figures["wall"])

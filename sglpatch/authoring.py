@@ -25,13 +25,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sglpatch import cache
-from sglpatch.apply import APPLIED, APPLIED_WITH_OFFSET, BRANCH
 from sglpatch.check import check_series
 from sglpatch.errors import SglpatchError
 from sglpatch.gitcmd import git_out, run_git
 from sglpatch.lock import read_lock
+from sglpatch.outcomes import Outcome
+from sglpatch.project import apply_series
 from sglpatch.series import RENDITIONS_DIR, SERIES_FILE, PatchFile, series_entries
 from sglpatch.sources import PRISTINE_REF
+from sglpatch.tree_repo import BRANCH
 
 REFRESHED_REFS = "refs/sglpatch/refreshed/"
 _NUMBER_RE = re.compile(r"^(\d{4})-")
@@ -53,8 +55,6 @@ def tree_of(project, version: str) -> Path:
 
 def start(project, version: str):
     """The pin's tree with the series applied (nothing of the user's is dropped: apply refuses)."""
-    from sglpatch.project import apply_series
-
     report = apply_series(project, [version])
     result = report.results[0]
     if not result.ok:
@@ -70,7 +70,7 @@ def applied_renditions(project, version: str) -> list[tuple[str, PatchFile]]:
     series = project.series()
     applied = []
     for outcome in entry.get("patches", []):
-        if outcome.get("status") in (APPLIED, APPLIED_WITH_OFFSET):
+        if outcome.get("status") in (Outcome.APPLIED, Outcome.APPLIED_WITH_OFFSET):
             rendition = series.get(outcome["name"]).for_version(version)
             if rendition is None:
                 raise SglpatchError(f"{outcome['name']}: the lock applies it to {version} but no rendition covers it")

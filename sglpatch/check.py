@@ -8,7 +8,7 @@ from pathlib import Path
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import Version
 
-from sglpatch import diffs, witnesses
+from sglpatch import diffs
 from sglpatch.errors import SglpatchError
 from sglpatch.pins import Pins
 from sglpatch.series import (
@@ -24,6 +24,7 @@ from sglpatch.series import (
     series_entries,
     series_version,
 )
+from sglpatch.witnesses import registry
 
 
 def check_series(patches_dir: Path, pins: Pins) -> list[Problem]:
@@ -100,7 +101,7 @@ def _metadata_problems(patch: PatchFile, project_root: Path | None = None) -> li
     witness = patch.trailer("Witness")
     if witness:
         try:
-            witnesses.witness_for(witness, str(patch.path))
+            registry.witness_for(witness, str(patch.path))
         except SglpatchError as exc:
             problems.append(Problem(patch.path, patch.trailer_lines.get("witness", 1), str(exc).split(": ", 1)[1]))
     for key in ("Witness", "Origin"):

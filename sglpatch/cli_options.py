@@ -72,9 +72,9 @@ def rocm_options(parser: argparse.ArgumentParser, prefix: str = "") -> None:
 
 
 def options_from(args: argparse.Namespace):
-    from sglpatch.matrix import rocm as rocm_tier
+    from sglpatch.rocm.options import RocmOptions
 
-    options = rocm_tier.RocmOptions(base_image=args.image, model=args.model, server_timeout=args.server_timeout)
+    options = RocmOptions(base_image=args.image, model=args.model, server_timeout=args.server_timeout)
     if args.hf_cache:
         options.hf_cache = args.hf_cache
     return options
@@ -84,9 +84,9 @@ def keep_record(record, path: Path | None) -> None:
     """Also write a matrix or gate record at ``path`` (nox reads it to report a skip)."""
     if path is None:
         return
-    from sglpatch.matrix import records as results
+    from sglpatch.records import write_record
 
-    results.write_record(record, path.parent)
+    write_record(record, path.parent)
     written = path.parent / f"{record.cell_id}.json"
     if written != path:
         written.replace(path)

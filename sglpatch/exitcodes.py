@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from sglpatch.outcomes import FAILURES, Outcome
+
 OK = 0
 FAILED = 1
 USAGE = 2
@@ -21,12 +23,10 @@ exit status:
 
 def for_pins(results) -> int:
     """The exit status of an apply or witness run from its per-pin results."""
-    from sglpatch.apply import FAILURES, WITNESS_UNAVAILABLE
-
     statuses = [outcome.status for result in results for outcome in result.patches]
-    if any(status in FAILURES and status != WITNESS_UNAVAILABLE for status in statuses):
+    if any(status in FAILURES and status != Outcome.WITNESS_UNAVAILABLE for status in statuses):
         return FAILED
-    if WITNESS_UNAVAILABLE in statuses:
+    if Outcome.WITNESS_UNAVAILABLE in statuses:
         return UNAVAILABLE
     if any(result.lock == "mismatch" for result in results):
         return LOCK_MISMATCH

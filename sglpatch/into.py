@@ -34,11 +34,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from sglpatch import cache, diffs, sources
-from sglpatch.apply import APPLIED, APPLIED_WITH_OFFSET, FAILURES, commit_patch, display_name
+from sglpatch.authoring import applied_renditions
 from sglpatch.errors import SglpatchError
 from sglpatch.gitcmd import IDENTITY_EMAIL, IDENTITY_NAME, git_out, run_git
+from sglpatch.index_apply import commit_patch, display_name
 from sglpatch.lock import read_lock
+from sglpatch.outcomes import FAILURES, Outcome
 from sglpatch.processes import run_tool, user_git_env
+from sglpatch.project import apply_series
 from sglpatch.series import PatchFile
 
 USER_GIT_TIMEOUT_S = 300
@@ -141,8 +144,6 @@ def locked_series(project, pin) -> Iterator[LockedSeries]:
     """The pin's series exactly as the lock pins it, in a scratch repository removed afterwards;
     refused (one line, naming what differs) where the pristine artifact, a rendition's commit or
     the final tree is not the lock's. Runs no witness and builds no witness environment."""
-    from sglpatch.authoring import applied_renditions
-
     version = pin.version
     entry = read_lock(project.lock_file)["pins"].get(version)
     if entry is None:
@@ -160,7 +161,7 @@ def locked_series(project, pin) -> Iterator[LockedSeries]:
             f"the series has {', '.join(ours) or 'none'}; {_REPROVE}"
         )
     renditions = applied_renditions(project, version)
-    locked_commits = [o.get("commit", "") for o in entry["patches"] if o.get("status") in (APPLIED, APPLIED_WITH_OFFSET)]
+    locked_commits = [o.get("commit", "") for o in entry["patches"] if o.get("status") in (Outcome.APPLIED, Outcome.APPLIED_WITH_OFFSET)]
     pristine = sources.pristine_from_index(pin)  # the artifact is refused unless its sha256 is the pin's
     if pristine.commit != entry.get("pristine"):
         raise SglpatchError(
@@ -241,8 +242,6 @@ def locked_proof(entry: dict) -> str:
 def _witnessed_into(project, checkout: Path, pin, scratch: Path, allow_unavailable: bool) -> IntoResult:
     """The series proven by its witnesses here, as ``sglpatch witness`` does: in ``scratch``, the
     lock compared, not written."""
-    from sglpatch.project import apply_series
-
     series = project.series()
     report = apply_series(project, [pin.version], out_dir=scratch, record=False, allow_unavailable=allow_unavailable)
     result = report.results[0]

@@ -10,37 +10,30 @@ was made for ``V``.
 from __future__ import annotations
 
 import json
-import re
 import shutil
+import time
 from pathlib import Path
 
 from sglpatch.errors import SglpatchError
-from sglpatch.lock import LOCK_FILE
-from sglpatch.pins import load_pins
-from sglpatch.series import load_series
-
-_PIN_BLOCK = r'^\[\[pin\]\]\n(?:#.*\n)*version = "{version}"\n(?:(?!\[\[pin\]\]).*\n?)*'
-
-
-def without_pin_text(pins_text: str, version: str) -> str:
-    block = re.search(_PIN_BLOCK.format(version=re.escape(version)), pins_text, re.MULTILINE)
-    if block is None:
-        raise SglpatchError(f"upstream/pins.toml: {version} is not pinned")
-    return pins_text[: block.start()] + pins_text[block.end() :]
+from sglpatch.lock import LOCK_FILE, read_lock
+from sglpatch.outcomes import CLASSIFIED
+from sglpatch.pins import load_pins, without_pin
+from sglpatch.project import Project
+from sglpatch.rebase import rebase_onto
+from sglpatch.rebase.trial import candidates
+from sglpatch.series import load_series, set_trailers, spec_for
 
 
 def leave_out(source_root: Path, version: str, dest: Path) -> dict:
     """Write the copy of ``source_root`` without ``version`` to ``dest``; returns what was done
     (``deleted``, ``narrowed``, ``replaced_main``), paths relative to the project."""
-    from sglpatch import forward
-
     source_root, dest = Path(source_root), Path(dest)
     pins = load_pins(source_root / "upstream" / "pins.toml")
     if version not in [pin.version for pin in pins.pins]:
         raise SglpatchError(f"{version} is not pinned in {source_root}")
     shutil.copytree(source_root / "patches", dest / "patches")
     (dest / "upstream").mkdir(parents=True, exist_ok=True)
-    (dest / "upstream" / "pins.toml").write_text(without_pin_text((source_root / "upstream" / "pins.toml").read_text(), version))
+    (dest / "upstream" / "pins.toml").write_text(without_pin((source_root / "upstream" / "pins.toml").read_text(), version))
     lock_path = source_root / LOCK_FILE
     if lock_path.exists():
         lock = json.loads(lock_path.read_text())
@@ -65,14 +58,14 @@ def leave_out(source_root: Path, version: str, dest: Path) -> dict:
                     rendition.path.unlink()
                     done["deleted"].append(relative(rendition.path))
                 continue
-            spec = forward.spec_for(rest, pinned)
+            spec = spec_for(rest, pinned)
             if spec is None:
                 raise SglpatchError(f"{rendition.path}: without {version} its pins {rest} are no single range")
-            rendition.path.write_text(forward.set_applies_to(rendition.path.read_text(), spec))
+            rendition.path.write_text(set_trailers(rendition.path.read_text(), {"Applies-To": spec}))
             done["narrowed"].append(f"{relative(rendition.path)}: {spec}")
         if main_alone:
             fresh = load_series(dest / "patches").get(patch.name)
-            others = [c for c in forward.candidates(fresh, left, version) if c.rendition.path != fresh.main.path]
+            others = [c for c in candidates(fresh, left, version) if c.rendition.path != fresh.main.path]
             if not others:
                 raise SglpatchError(f"{patch.name}: made for {version} alone, and no other rendition exists")
             nearest = others[0].rendition.path
@@ -86,24 +79,18 @@ def leave_out(source_root: Path, version: str, dest: Path) -> dict:
 # -- the port of a release left out ---------------------------------------------------------------
 
 
-def port_left_out(source_root: Path, version: str, work: Path, *, write: bool = True) -> dict:
+def rebase_left_out(source_root: Path, version: str, work: Path, *, write: bool = True) -> dict:
     """``leave_out`` then ``rebase`` of ``version`` in the copy (with ``write``: the staged,
     witnessed apply and the lock). One row of the leave-one-out benchmark: per patch the verdict
     and the cascade step (or what stopped it), whether the tree equals the committed lock's, and the
     time the rebase took."""
-    import time
-
-    from sglpatch import forward
-    from sglpatch.lock import read_lock
-    from sglpatch.project import Project
-
     copy = Path(work) / f"project-{version}"
     if copy.exists():
         shutil.rmtree(copy)
     removed = leave_out(source_root, version, copy)
     started = time.perf_counter()
     try:
-        report = forward.forward_port(Project(copy), version, write=write)
+        report = rebase_onto(Project(copy), version, write=write)
     except SglpatchError as exc:
         return {"version": version, "ported": False, "identical": False, "seconds": time.perf_counter() - started,
                 "patches": [], "error": str(exc), "removed": removed}
@@ -117,7 +104,7 @@ def port_left_out(source_root: Path, version: str, work: Path, *, write: bool = 
     for outcome in report.outcomes:
         accepted = next((a for a in reversed(outcome.attempts) if a.judge.startswith("accepted")), None)
         stopped = ""
-        if outcome.verdict not in forward.CLASSIFIED:
+        if outcome.verdict not in CLASSIFIED:
             refused = [a for a in outcome.attempts if a.judge]
             stopped = refused[0].judge if refused else outcome.detail.splitlines()[0]
         patches.append({

@@ -1,13 +1,15 @@
-"""Pinned upstream releases, read from ``upstream/pins.toml``."""
+"""Pinned upstream releases, read from ``upstream/pins.toml``, and the file written with a pin
+added or removed (tomlkit keeps its comments and layout)."""
 
 from __future__ import annotations
 
 import re
 import tomllib
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from datetime import datetime
 from pathlib import Path
 
+import tomlkit
 from packaging.version import InvalidVersion, Version
 
 from sglpatch.errors import SglpatchError
@@ -144,3 +146,37 @@ def _parse_pin(path: Path, number: int, line: int, entry: dict) -> Pin:
         released=entry["released"],
         rocm_image=entry["rocm_image"],
     )
+
+
+# -- writing pins.toml ----------------------------------------------------------------------------
+
+
+def with_pin(pins_text: str, pin: Pin, note: str = "") -> str:
+    """``pins.toml`` with ``pin`` inserted in version order (before the first newer pin); ``note``,
+    where given, says in a comment where its ``released`` came from."""
+    document = tomlkit.parse(pins_text)
+    entries = document["pin"]
+    entry = tomlkit.table()
+    if note:
+        entry.add(tomlkit.comment(f"released: {note}"))
+    for name, value in asdict(pin).items():
+        entry.add(name, value)
+    newer = next((number for number, other in enumerate(entries) if Version(other["version"]) > pin.parsed_version), None)
+    if newer is None:
+        entries[-1].add(tomlkit.nl())
+        entries.append(entry)
+    else:
+        entry.add(tomlkit.nl())
+        entries.insert(newer, entry)
+    return tomlkit.dumps(document)
+
+
+def without_pin(pins_text: str, version: str) -> str:
+    """``pins.toml`` without the pin of ``version``."""
+    document = tomlkit.parse(pins_text)
+    entries = document.get("pin", [])
+    found = next((number for number, entry in enumerate(entries) if entry.get("version") == version), None)
+    if found is None:
+        raise SglpatchError(f"upstream/pins.toml: {version} is not pinned")
+    del entries[found]
+    return tomlkit.dumps(document)

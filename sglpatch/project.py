@@ -13,7 +13,7 @@ import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from sglpatch import cache, progress, sources, workers
+from sglpatch import cache, cpu_envs, progress, sources, workers
 from sglpatch.apply import PinResult, apply_pin
 from sglpatch.errors import SglpatchError
 from sglpatch.lock import LOCK_FILE
@@ -145,10 +145,8 @@ def _apply_in_workers(project, selected, series, trees, git_url, options, jobs) 
             shown.update(f"{len(done)}/{len(selected)} pins done (sglang {result.version}: "
                          f"{'ok' if result.ok else 'FAILED'})")
 
-        from sglpatch import pyenv
-
         # Without witnesses no CPU Python is used, and none is looked up.
-        groups = {pin.version: pyenv.env_group(pin) if options["run_witnesses"] else pin.version for pin in selected}
+        groups = {pin.version: cpu_envs.env_group(pin) if options["run_witnesses"] else pin.version for pin in selected}
         work = functools.partial(_apply_numbered, project, series, trees, git_url, options)
         return workers.share_out(numbered, lambda item: groups[item[1].version], work, jobs,
                                  initializer=progress.configure, initargs=(worker_mode,), on_done=count)

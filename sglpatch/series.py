@@ -22,6 +22,7 @@ import email
 import email.policy
 import hashlib
 import re
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
@@ -252,3 +253,36 @@ def _parse_trailers(path: Path, body: str) -> tuple[tuple[str, str], ...]:
         key, _, value = line.partition(":")
         trailers.append((key.strip(), value.strip()))
     return tuple(trailers)
+
+
+# -- writing trailers -----------------------------------------------------------------------------
+
+
+def message_trailers(text: str) -> list[tuple[str, str]]:
+    """The trailers of a format-patch file's commit message (above its ``---``), as git reads them."""
+    parsed = run_git(["interpret-trailers", "--parse"], Path(tempfile.gettempdir()), input=text.encode())
+    return [(key.strip(), value.strip()) for key, _, value in
+            (line.partition(":") for line in parsed.stdout.decode().splitlines())]
+
+
+def set_trailers(text: str, trailers: dict[str, str], *, where: str = "after") -> str:
+    """A format-patch file's text with each trailer set in its commit message by ``git
+    interpret-trailers`` (the diff below ``---`` as it was): one of that key is replaced -- in its
+    place (``where="after"``) or moved to the end (``"end"``) -- and a missing one added at the end."""
+    args = ["interpret-trailers", "--where", where, "--if-exists", "replace", "--if-missing", "add"]
+    for key, value in trailers.items():
+        args += ["--trailer", f"{key}: {value}"]
+    return run_git(args, Path(tempfile.gettempdir()), input=text.encode()).stdout.decode()
+
+
+def spec_for(versions, pinned) -> str | None:
+    """The ``Applies-To`` that holds exactly ``versions`` among the ``pinned`` versions (``==v``
+    or ``>=a,<=b``), or None where no single range does."""
+    chosen = sorted(set(versions), key=Version)
+    if not chosen:
+        return None
+    if len(chosen) == 1:
+        return f"=={chosen[0]}"
+    low, high = Version(chosen[0]), Version(chosen[-1])
+    inside = sorted((v for v in set(pinned) | set(chosen) if low <= Version(v) <= high), key=Version)
+    return f">={chosen[0]},<={chosen[-1]}" if inside == chosen else None

@@ -2,8 +2,7 @@
 fix (its witness passes on the pristine tree), the patch's status should say so.
 
 ``apply`` reports them; ``sglpatch status --write`` writes them into every rendition of the patch
-(``Upstream-Status`` and ``Fixed-Upstream-In`` with the evidence), stages the series with them,
-re-records the lock of every pin from a staged apply, and moves the files in for review in git.
+(``Upstream-Status`` and ``Fixed-Upstream-In`` with the evidence; ``sglpatch.suggest_write``).
 """
 
 from __future__ import annotations
@@ -15,9 +14,10 @@ from pathlib import Path
 
 from packaging.version import Version
 
-from sglpatch.apply import ALREADY_UPSTREAM, NOT_NEEDED, PinResult
+from sglpatch.apply import PinResult
 from sglpatch.errors import SglpatchError
-from sglpatch.series import Series
+from sglpatch.outcomes import Outcome
+from sglpatch.series import Series, message_trailers, set_trailers
 
 UNSETTLED = ("Pending", "Submitted")
 
@@ -46,12 +46,12 @@ def status_suggestions(series: Series, results: list[PinResult]) -> list[Suggest
             ((Version(result.version), result.version, outcome) for result in results for outcome in result.patches if outcome.name == patch.name),
             key=lambda item: item[0],
         )
-        evidence = [(version, outcome) for _, version, outcome in outcomes if outcome.status in (ALREADY_UPSTREAM, NOT_NEEDED)]
+        evidence = [(version, outcome) for _, version, outcome in outcomes if outcome.status in (Outcome.ALREADY_UPSTREAM, Outcome.NOT_NEEDED)]
         if not evidence:
             continue
         first, first_outcome = evidence[0]
         same = [version for version, outcome in evidence if outcome.reverse_applies]
-        witnessed = [version for version, outcome in evidence if outcome.status == NOT_NEEDED]
+        witnessed = [version for version, outcome in evidence if outcome.status == Outcome.NOT_NEEDED]
         needed_before = [version for parsed, version, outcome in outcomes if outcome.needed and parsed < Version(first)]
         witness = (patch.main.trailer("Witness") or "").split(" ")[0]
         if same:
@@ -63,7 +63,7 @@ def status_suggestions(series: Series, results: list[PinResult]) -> list[Suggest
         parts = [
             "the patch reverse-applies" if first_outcome.reverse_applies else "upstream fixed it its own way",
         ]
-        if first_outcome.status == NOT_NEEDED and witness:
+        if first_outcome.status == Outcome.NOT_NEEDED and witness:
             parts.append(f"{witness} passes on the pristine {first}")
         if needed_before:
             parts.append(f"fails on {needed_before[-1]}" if witness else f"needed on {needed_before[-1]}")
@@ -91,41 +91,17 @@ def read_suggestions(report_path: Path, series: Series) -> list[Suggestion]:
 
 def with_trailers(text: str, status: str, fixed_upstream_in: str) -> str:
     """A format-patch file's text with its Upstream-Status replaced and Fixed-Upstream-In set
-    (replaced, or added before Applies-To), inside the commit message only."""
-    message_end = re.search(r"^---$", text, re.MULTILINE)
-    if message_end is None:
+    (replaced, or added before Applies-To, the last trailer), inside the commit message only."""
+    if re.search(r"^---$", text, re.MULTILINE) is None:
         raise SglpatchError("not a format-patch file: no '---' line after the commit message")
-    message, rest = text[: message_end.start()], text[message_end.start() :]
-    message, replaced = re.subn(r"^Upstream-Status: .*$", f"Upstream-Status: {status}", message, count=1, flags=re.MULTILINE)
-    if not replaced:
+    present = dict(message_trailers(text))
+    if "Upstream-Status" not in present:
         raise SglpatchError("no Upstream-Status trailer to replace")
-    if fixed_upstream_in:
-        line = f"Fixed-Upstream-In: {fixed_upstream_in}"
-        message, replaced = re.subn(r"^Fixed-Upstream-In: .*$", line, message, count=1, flags=re.MULTILINE)
-        if not replaced:
-            message, added = re.subn(r"^(Applies-To: .*)$", line + r"\n\1", message, count=1, flags=re.MULTILINE)
-            if not added:
-                raise SglpatchError("no Applies-To trailer to put Fixed-Upstream-In before")
-    return message + rest
-
-
-def write_suggestions(project, suggestions: list[Suggestion]) -> list[Path]:
-    """Write ``suggestions`` into every rendition of their patches; the lock of every pin is
-    re-recorded from a staged apply with witnesses, and nothing is written unless it succeeds.
-    Returns the files changed."""
-    from sglpatch.forward import write_staged
-
-    series = project.series()
-    changes: dict[Path, bytes] = {}
-    for suggestion in suggestions:
-        for rendition in series.get(suggestion.patch).renditions:
-            try:
-                text = with_trailers(rendition.raw.decode(), suggestion.suggested, suggestion.fixed_upstream_in)
-            except SglpatchError as exc:
-                raise SglpatchError(f"{rendition.path}: {exc}") from None
-            if text.encode() != rendition.raw:
-                changes[rendition.path] = text.encode()
-    if not changes:
-        return []
-    write_staged(project, changes, [pin.version for pin in project.pins().pins])
-    return sorted(changes)
+    text = set_trailers(text, {"Upstream-Status": status})
+    if fixed_upstream_in and "Fixed-Upstream-In" in present:
+        text = set_trailers(text, {"Fixed-Upstream-In": fixed_upstream_in})
+    elif fixed_upstream_in:
+        if "Applies-To" not in present:
+            raise SglpatchError("no Applies-To trailer to put Fixed-Upstream-In before")
+        text = set_trailers(text, {"Fixed-Upstream-In": fixed_upstream_in, "Applies-To": present["Applies-To"]}, where="end")
+    return text

@@ -15,13 +15,15 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from sglpatch import sources, witnesses
-from sglpatch.apply import checkout_commit, ensure_tree_repo
+from sglpatch import sources
+from sglpatch.checkouts import checkout_commit
 from sglpatch.errors import SglpatchError
 from sglpatch.gitcmd import IDENTITY_EMAIL, IDENTITY_NAME, git_out, run_git
 from sglpatch.processes import run_tool, user_git_env
 from sglpatch.series import METADATA_TRAILERS, PatchFile, SeriesPatch
-from sglpatch.witnesses import BUG, CLEAN, UNAVAILABLE, WitnessResult
+from sglpatch.tree_repo import ensure_tree_repo
+from sglpatch.witnesses import registry
+from sglpatch.witnesses.results import BUG, CLEAN, UNAVAILABLE, WitnessResult
 
 BRANCH_PREFIX = "sglpatch-upstream/"
 GH_TIMEOUT_S = 300
@@ -69,7 +71,7 @@ def export(
         # compiles against) is the closest description of a current checkout.
         pin, version, label = pins.newest, None, f"{base or 'HEAD'} ({base_commit[:12]}) of {repo}"
     rendition = _rendition(patch, version, repo, base_commit)
-    witness = witnesses.witness_for(rendition.trailer("Witness"), str(rendition.path))
+    witness = registry.witness_for(rendition.trailer("Witness"), str(rendition.path))
     before = after = None
     with tempfile.TemporaryDirectory() as scratch:
         index = Path(scratch) / "index"

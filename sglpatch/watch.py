@@ -1,7 +1,7 @@
 """The release watch (``sglpatch watch``, ``nox -s watch``, ``.github/workflows/watch.yml``).
 
 Finds the sglang releases on the package index newer than the newest pin and rebases the series
-onto each, oldest first (``sglpatch.forward``): each is pinned, with its renditions and lock, only
+onto each, oldest first (``sglpatch.rebase``): each is pinned, with its renditions and lock, only
 when every patch is classified and the staged apply succeeds; the watch stops at the first release
 that is not, because the next one would be ported from it. The report goes to
 ``build/watch/report.md`` and ``report.json`` (and to the GitHub job summary where
@@ -21,9 +21,12 @@ from pathlib import Path
 from packaging.utils import InvalidSdistFilename, InvalidWheelFilename, parse_sdist_filename, parse_wheel_filename
 from packaging.version import Version
 
-from sglpatch import forward, sources
+from sglpatch import sources
 from sglpatch.errors import SglpatchError
+from sglpatch.outcomes import Outcome
 from sglpatch.processes import run_tool, user_git_env
+from sglpatch.rebase import rebase_onto
+from sglpatch.rebase.report import RebaseOutcome, RebaseReport
 
 GIT_TIMEOUT_S = 300
 GH_TIMEOUT_S = 300
@@ -34,7 +37,7 @@ SUMMARY_ENV = "GITHUB_STEP_SUMMARY"
 class WatchReport:
     newest_pin: str
     found: list[str]  # releases on the index newer than the newest pin, oldest first
-    ports: list[forward.PortReport] = field(default_factory=list)
+    ports: list[RebaseReport] = field(default_factory=list)
     report_path: Path | None = None
 
     @property
@@ -43,7 +46,7 @@ class WatchReport:
         return len(self.ports) == len(self.found) and all(port.complete for port in self.ports)
 
     @property
-    def written(self) -> list[forward.PortReport]:
+    def written(self) -> list[RebaseReport]:
         return [port for port in self.ports if port.written]
 
     def markdown(self) -> str:
@@ -103,7 +106,7 @@ def watch(project, *, write: bool = True, out_dir: Path | None = None) -> WatchR
     """Rebase onto every newer release, oldest first, stopping at the first that is not settled."""
     report = WatchReport(project.pins().newest.version, newer_releases(project))
     for version in report.found:
-        port = forward.forward_port(project, version, write=write)
+        port = rebase_onto(project, version, write=write)
         report.ports.append(port)
         if write and not port.written:
             break
@@ -132,9 +135,9 @@ def _run(command: list[str], cwd: Path, what: str, timeout: int) -> str:
     return done.stdout.strip()
 
 
-def hand_ports(report: WatchReport) -> list[tuple[str, forward.PortOutcome]]:
+def hand_ports(report: WatchReport) -> list[tuple[str, RebaseOutcome]]:
     """(release, outcome) of every patch the watch could not port by itself."""
-    return [(port.version, o) for port in report.ports for o in port.outcomes if o.verdict == forward.NEEDS_HAND_PORT]
+    return [(port.version, o) for port in report.ports for o in port.outcomes if o.verdict == Outcome.NEEDS_HAND_PORT]
 
 
 def open_hand_port_issue(project, report: WatchReport) -> str:

@@ -22,12 +22,13 @@ from pathlib import Path
 
 import pytest
 
-from sglpatch import cache, sources, witnesses
-from sglpatch.apply import checkout_commit
+from sglpatch import cache, sources
+from sglpatch.checkouts import checkout_commit
 from sglpatch.pins import load_pins
 from sglpatch.project import Project
 from sglpatch.series import load_series
-from sglpatch.witnesses import BUG, CLEAN, UNAVAILABLE, WitnessResult
+from sglpatch.witnesses import answer_cache, registry
+from sglpatch.witnesses.results import BUG, CLEAN, UNAVAILABLE, WitnessResult
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 # CI sets this: there a witness that could not run (no toolchain, no CPU environment) is a failure,
@@ -82,6 +83,19 @@ def pytest_configure(config):
 # -- the real pins and series of this repository ------------------------------------------------
 
 REAL_PINS = load_pins(REPO_ROOT / "upstream" / "pins.toml")
+
+
+def one_pin_per_rendition(patch: str) -> list[str]:
+    """The oldest pin of each rendition of ``patch`` (and of the pins it has none for): the real
+    pins a test of that patch's behaviour sweeps. Every pin is proven by apply and the CPU tier,
+    which CI runs on all of them; a test that repeats that proof pin by pin proves nothing more
+    where the pins share a rendition."""
+    series_patch = load_series(REPO_ROOT / "patches").get(patch)
+    chosen: dict[object, str] = {}
+    for pin in REAL_PINS.pins:
+        rendition = series_patch.for_version(pin.version)
+        chosen.setdefault(rendition.path.name if rendition else None, pin.version)
+    return list(chosen.values())
 
 
 def pristine_subtree(version: str, dest: Path, path: str = "python/sglang", keep=None) -> Path:
@@ -141,9 +155,9 @@ _SESSION_FOLDERS: list[Path] = []  # kept for a worker's whole session, removed 
 def nothing_left_behind_in_tmp():
     """A pytest-xdist worker ends past atexit: what the session started or kept is removed here."""
     yield
-    from sglpatch import pyenv
+    from sglpatch import probe_children
 
-    pyenv.close_fork_servers()
+    probe_children.close_fork_servers()
     for folder in _SESSION_FOLDERS:
         shutil.rmtree(folder, ignore_errors=True)
 
@@ -164,14 +178,14 @@ def _shipped_trees(version: str):
 
 def witnessed(witness, version: str, patched: bool, dest: Path) -> WitnessResult:
     """``witness``'s answer on the pin's pristine or patched tree, exactly as ``apply`` asks for it
-    (``witnesses.run_cached``: the same tree hash and fingerprint), so a test and an apply share
+    (``answer_cache.run_cached``: the same tree hash and fingerprint), so a test and an apply share
     one run; a change to the witness's code or environment changes its key and runs it again."""
     result = shipped_trees(version)
     tree_repo = Path(result.tree_path)
     commit = result.commit if patched else result.pristine
     tree_hash = git(tree_repo, "rev-parse", f"{commit}^{{tree}}").strip()
     pin = REAL_PINS.select([version])[0]
-    return witnesses.run_cached(witness, tree_hash, pin, lambda: checkout_commit(tree_repo, commit, dest))
+    return answer_cache.run_cached(witness, tree_hash, pin, lambda: checkout_commit(tree_repo, commit, dest))
 
 
 @pytest.fixture
@@ -390,7 +404,7 @@ TEST_WITNESSES = {
     "fixture-unwitnessed": UnwitnessedFixture(),
     "guard-text": TextWitness("guard-text", "python/sglang/jit_kernel/csrc/kernel.cuh", "#ifndef USE_ROCM"),
 }
-_real_registry = witnesses.registry
+_real_registry = registry.registry
 
 
 @pytest.fixture(autouse=True)
@@ -399,5 +413,5 @@ def test_witnesses(monkeypatch):
     for witness in TEST_WITNESSES.values():
         if hasattr(witness, "runs"):
             witness.runs.clear()
-    monkeypatch.setattr(witnesses, "registry", lambda: {**_real_registry(), **TEST_WITNESSES})
+    monkeypatch.setattr(registry, "registry", lambda: {**_real_registry(), **TEST_WITNESSES})
     return TEST_WITNESSES

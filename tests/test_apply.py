@@ -10,6 +10,7 @@ import pytest
 
 from conftest import format_patch, git, tree_files
 from sglpatch import apply as apply_module
+from sglpatch import tree_repo
 from sglpatch.project import apply_series
 
 # The text machinery (classification, atomicity, the lock, hashes) is proven without witnesses:
@@ -227,7 +228,7 @@ def test_apply_killed_while_moving_the_tree_is_finished_by_the_next_run(fake_pro
     assert apply_text(fake_project.project).ok
     tree = fake_project.root / "build" / "trees" / "0.1.0"
     fake_project.set_patches([("0001-guard.patch", _guard_patch(tmp_path)), ("0002-example.patch", _example_patch(tmp_path))])
-    real_run_git = apply_module.run_git
+    real_run_git = tree_repo.run_git
 
     def dies_in_reset(args, *rest, **kwargs):
         if args[0] == "reset":
@@ -235,10 +236,10 @@ def test_apply_killed_while_moving_the_tree_is_finished_by_the_next_run(fake_pro
             raise KeyboardInterrupt
         return real_run_git(args, *rest, **kwargs)
 
-    monkeypatch.setattr(apply_module, "run_git", dies_in_reset)
+    monkeypatch.setattr(tree_repo, "run_git", dies_in_reset)
     with pytest.raises(KeyboardInterrupt):
         apply_text(fake_project.project, ["0.1.0"], update_lock=True)
-    monkeypatch.setattr(apply_module, "run_git", real_run_git)
+    monkeypatch.setattr(tree_repo, "run_git", real_run_git)
     report = apply_text(fake_project.project, ["0.1.0"], update_lock=True)
     assert report.ok, report.to_json()
     assert "line twenty, patched" in (tree / EXAMPLE).read_text()
@@ -428,7 +429,7 @@ class _CrashesOnThePatchedTree:
     version = "1"
 
     def run(self, tree, pin):
-        from sglpatch.witnesses import BUG, UNAVAILABLE, WitnessResult
+        from sglpatch.witnesses.results import BUG, UNAVAILABLE, WitnessResult
 
         if "#ifndef USE_ROCM" in (tree / KERNEL).read_text():
             return WitnessResult(self.name, UNAVAILABLE, detail="the probe failed importing sglang: SyntaxError")
@@ -576,7 +577,7 @@ def test_witnessing_without_recording_compares_with_the_lock_and_moves_no_branch
 
 
 def test_a_witness_checkout_moved_to_the_next_commit_holds_exactly_that_commit(tmp_path):
-    from sglpatch.apply import advance_checkout, checkout_commit
+    from sglpatch.checkouts import advance_checkout, checkout_commit
 
     repo = tmp_path / "repo"
     repo.mkdir()

@@ -18,8 +18,8 @@ from sglpatch.bench.collect import collect
 from sglpatch.bench.records import BenchRecord, read_bench_records, write_bench_record
 from sglpatch.bench.workloads import Serving, SingleStream
 from sglpatch.errors import SglpatchError
-from sglpatch.matrix.records import PARTIAL, PASSED
-from sglpatch.rocm_checks import bench_metrics, bench_run, power
+from sglpatch.records import PARTIAL, PASSED
+from sglpatch.rocm.checks import bench_metrics, bench_run, power
 
 # aiter's own format (aiter/fused_moe.py): the tuple of the shape it has no tuned entry for.
 UNTUNED = ("[aiter] [fused_moe] using 2stage default for ('gfx950', 256, 32, 6144, 512, 257, 9, 'ActivationType.Silu',"

@@ -14,14 +14,14 @@ from packaging.version import Version
 from conftest import REAL_PINS, pristine_subtree, skip_unless_required
 from standin_sglang_server import StandinServer, Timing
 from test_bench import stand_in_amd_smi
-from sglpatch import pyenv
+from sglpatch import cpu_envs, probe_children, probe_runs
 from sglpatch.bench import cpu_client, report
 from sglpatch.bench.client import bench_client
 from sglpatch.bench.collect import collect
 from sglpatch.bench.records import BenchRecord
 from sglpatch.bench.workloads import Serving
-from sglpatch.matrix.records import PASSED
-from sglpatch.rocm_checks import bench_metrics, bench_run
+from sglpatch.records import PASSED
+from sglpatch.rocm.checks import bench_metrics, bench_run
 
 pytestmark = pytest.mark.network  # the pins' trees and CPU Pythons come from the package index
 
@@ -43,8 +43,8 @@ TIMING = Timing(prefill_s=0.04, itl_s=0.004)
 
 def _python(version: str):
     try:
-        return pyenv.cpu_python(REAL_PINS.select([version])[0])
-    except pyenv.EnvUnavailable as exc:
+        return probe_runs.cpu_python(REAL_PINS.select([version])[0])
+    except cpu_envs.EnvUnavailable as exc:
         skip_unless_required(f"no CPU Python for {version}: {exc}")
 
 
@@ -68,7 +68,7 @@ def _sweep(version: str, tree: Path, tokenizer: Path, work: Path, workload: Serv
         runs = bench_run.sweep(
             {"prefix": [str(python.python), str(Path(cpu_client.__file__))], "module": client.module},
             [{**r, "args": r["args"] + host} for r in listed], [{**r, "args": r["args"] + host} for r in extend],
-            work, ttft_p95_s=workload.ttft_p95_s, env=cpu_client.cpu_python_env(tree, pyenv.PROBES, work),
+            work, ttft_p95_s=workload.ttft_p95_s, env=cpu_client.cpu_python_env(tree, probe_children.PROBES, work),
             timeout=300, power_interval_s=0.2, server_log=log)
         prefills = list(server.state.prefills)
     return client, runs, prefills, log

@@ -78,7 +78,7 @@ def test_exit_status_4_when_a_witness_cannot_run_here(fake_project, tmp_path):
                                                     ("passed", False, exitcodes.OK)])
 def test_a_cpu_cell_that_could_not_run_every_part_fails_unless_allowed(fake_project, monkeypatch, capsys, outcome, allow, status):
     from sglpatch import cli, matrix
-    from sglpatch.matrix.records import CellRecord, Part
+    from sglpatch.records import CellRecord, Part
 
     record = CellRecord("cpu", "build", "0.1.0", None, "1", "h", outcome, reason="the HIP toolchain is not installed",
                         parts=[Part("HIP build", "skipped" if outcome in ("partial", "skipped") else outcome, "why")])
@@ -96,7 +96,7 @@ def test_a_cpu_cell_that_could_not_run_every_part_fails_unless_allowed(fake_proj
 def test_run_all_sums_up_the_cpu_tier_and_exits_like_its_cells(fake_project, monkeypatch, capsys, outcomes, allow, status):
     from sglpatch import cli
     from sglpatch.matrix import cpu
-    from sglpatch.matrix.records import CellRecord
+    from sglpatch.records import CellRecord
 
     records = [CellRecord("cpu", "build", pin, None, "1", "h", outcome) for pin, outcome in zip(("0.1.0", "0.2.0"), outcomes)]
     asked = []

@@ -10,9 +10,10 @@ from pathlib import Path
 import pytest
 
 from conftest import REAL_PINS, git, shipped_trees
-from sglpatch import cache, processes, pyenv, witnesses
-from sglpatch.apply import checkout_commit
-from sglpatch.witnesses import CLEAN, mtp_exclude, rocm_flags, rocm_guard
+from sglpatch import cache, probe_children, processes
+from sglpatch.checkouts import checkout_commit
+from sglpatch.witnesses import answer_cache, mtp_exclude, rocm_flags, rocm_guard
+from sglpatch.witnesses.results import CLEAN
 
 # What a ROCm image or a user's shell may hold: each would change what sglang resolves, what
 # torch reports or what a compiler finds, and no answer's key covers it.
@@ -51,8 +52,8 @@ def test_a_child_gets_only_what_it_needs_to_run_and_what_it_is_declared(monkeypa
 def test_the_probe_child_environment_holds_nothing_of_the_callers_shell(monkeypatch, tmp_path):
     for name, value in ROCM_SHELL.items():
         monkeypatch.setenv(name, value)
-    env = pyenv._child_env(tmp_path)
-    assert env["PYTHONPATH"].split(os.pathsep) == [str(tmp_path / "python"), str(pyenv.PROBES)]
+    env = probe_children.child_env(tmp_path)
+    assert env["PYTHONPATH"].split(os.pathsep) == [str(tmp_path / "python"), str(probe_children.PROBES)]
     assert not [name for name in ROCM_SHELL if name in env and name != "PYTHONPATH"]
 
 
@@ -72,10 +73,10 @@ def test_a_real_pins_witnesses_answer_the_same_in_a_rocm_shell_as_in_a_clean_one
             scope.setenv(cache.ANSWERS_ENV, str(tmp_path / where / "answers"))
             for name, value in shell.items():
                 scope.setenv(name, value)
-            pyenv.close_fork_servers()  # each shell starts its own probe children
-            found = witnesses.run_cached_many(
+            probe_children.close_fork_servers()  # each shell starts its own probe children
+            found = answer_cache.run_cached_many(
                 asked, tree_hash, pin, lambda: checkout_commit(Path(shipped.tree_path), shipped.commit, tmp_path / where / "tree"))
-            pyenv.close_fork_servers()
+            probe_children.close_fork_servers()
         assert (tmp_path / where / "tree").is_dir(), "the answers were not computed fresh"
         return {name: (result.state, result.level) for name, result in found.items()}
 

@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from conftest import format_patch, git, tree_files
-from sglpatch import witnesses
+from sglpatch.witnesses import answer_cache
 from sglpatch.errors import SglpatchError
 from sglpatch.into import apply_into, checkout_version, locked_proof
 from sglpatch.project import apply_series
@@ -41,8 +41,8 @@ def _no_witness_may_run(monkeypatch):
     def refuse(*args, **kwargs):
         raise AssertionError("a witness ran")
 
-    monkeypatch.setattr(witnesses, "run_cached_many", refuse)
-    monkeypatch.setattr(witnesses, "run_cached", refuse)
+    monkeypatch.setattr(answer_cache, "run_cached_many", refuse)
+    monkeypatch.setattr(answer_cache, "run_cached", refuse)
 
 
 def _pristine_files(project, dest):
@@ -306,11 +306,11 @@ def test_witness_proves_the_locked_series_again_here(guarded, tmp_path, cache_di
 
 def test_sglpatch_image_takes_the_series_as_locked_and_runs_no_witness(guarded, monkeypatch, capsys):
     from sglpatch import cli
-    from sglpatch.matrix import containers
+    from sglpatch.rocm import containers, image
 
     built = []
     monkeypatch.setattr(containers, "connect", lambda url=None: object())
-    monkeypatch.setattr(containers, "build_image", lambda client, spec, on_log=print: built.append(spec) or "sha256:feed")
+    monkeypatch.setattr(image, "build_image", lambda client, spec, on_log=print: built.append(spec) or "sha256:feed")
     _no_witness_may_run(monkeypatch)
     assert cli.main(["-q", "--root", str(guarded.root), "image", "0.1.0"]) == 0
     out = capsys.readouterr().out

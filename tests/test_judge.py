@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from sglpatch.judge import Release, Verdict, names_findings
+from sglpatch.rebase.judge import Release, Verdict, names_findings
 
 SERVER_ARGS = '''from typing import Annotated as A
 

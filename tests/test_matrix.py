@@ -17,7 +17,9 @@ from sglpatch import matrix
 from sglpatch.cli import main
 from sglpatch.pins import load_pins
 from sglpatch.profile import load_profile
-from sglpatch.matrix.records import FAILED, PARTIAL, PASSED, SKIPPED, CellRecord, Part, combine, read_records, render_markdown, write_record
+from sglpatch.matrix.table import render_markdown
+from sglpatch.pin_under_test import prepare_pin
+from sglpatch.records import FAILED, PARTIAL, PASSED, SKIPPED, CellRecord, Part, combine, read_records, write_record
 
 PINS = load_pins(REPO_ROOT / "upstream" / "pins.toml")
 GUARD_FIXED_UPSTREAM = "0.5.15"
@@ -87,7 +89,7 @@ def test_a_cell_passes_only_when_every_part_passed():
 
 
 def test_a_cell_that_could_not_run_everything_fails_only_where_ci_requires_it():
-    from sglpatch.matrix.records import failing
+    from sglpatch.records import failing
 
     assert failing(_record("0.5.14", "build", FAILED))
     for outcome in (PARTIAL, SKIPPED):
@@ -199,8 +201,8 @@ def test_rocm_session_door_records_a_skip_with_its_reason_here(project_copy, tmp
 def test_the_rocm_build_check_finds_the_kernel_loaders_in_every_layout(version, module, project_copy):
     """The in-container build check must find what to compile wherever the release keeps it; the
     module it finds defines every loader function the check calls, with the argument count used."""
-    put = matrix.prepare_pin(project_copy, version)
-    script = REPO_ROOT / "sglpatch" / "rocm_checks" / "build_check.py"
+    put = prepare_pin(project_copy, version)
+    script = REPO_ROOT / "sglpatch" / "rocm" / "checks" / "build_check.py"
     probe = (
         "import importlib.util, json, sys\n"
         f"spec = importlib.util.spec_from_file_location('build_check', {str(script)!r})\n"
@@ -229,7 +231,7 @@ def test_load_cell_resolves_the_synthetic_glm_checkpoint_on_the_patched_pin_and_
     assert "layer 78" in synthetic.detail and "shared_experts.gate_up_proj: UnquantizedLinearMethod/ok" in synthetic.detail
 
     # The same checkpoint on the pristine release: the bring-up's half-width MXFP4 slot.
-    put = matrix.prepare_pin(project_copy, "0.5.14")
+    put = prepare_pin(project_copy, "0.5.14")
     part, _ = matrix.synthetic_checkpoint_part(put, put.pristine_commit)
     assert part.outcome == FAILED, part
     assert "shape-mismatch" in part.detail
@@ -239,16 +241,16 @@ def test_load_cell_resolves_the_synthetic_glm_checkpoint_on_the_patched_pin_and_
 
 
 def test_a_probe_child_that_hung_or_ran_past_its_limit_is_transient_and_a_reported_failure_is_not():
-    from sglpatch import pyenv
+    from sglpatch import probe_runs
 
-    hung = pyenv.ProbeRun({}, {}, "the CPU probe runner for 0.5.23 hung in 'mtp: build' and was killed after 540 s", 540.0)
+    hung = probe_runs.ProbeRun({}, {}, "the CPU probe runner for 0.5.23 hung in 'mtp: build' and was killed after 540 s", 540.0)
     assert hung.transient("mtp") and hung.failure("mtp")
-    past_limit = pyenv.ProbeRun({"mtp": {"ok": False, "timed_out": True, "error": "ran past its 240 s limit"}}, {"ok": True}, None, 1.0)
+    past_limit = probe_runs.ProbeRun({"mtp": {"ok": False, "timed_out": True, "error": "ran past its 240 s limit"}}, {"ok": True}, None, 1.0)
     assert past_limit.transient("mtp")
-    reported = pyenv.ProbeRun({}, {"ok": False, "phase": "import sglang", "error": "ImportError: no module x"},
-                              "the CPU probe runner failed in 'import sglang': ImportError: no module x", 1.0)
+    reported = probe_runs.ProbeRun({}, {"ok": False, "phase": "import sglang", "error": "ImportError: no module x"},
+                                   "the CPU probe runner failed in 'import sglang': ImportError: no module x", 1.0)
     assert not reported.transient("mtp")
-    raised = pyenv.ProbeRun({"mtp": {"ok": False, "phase": "build", "error": "ValueError: shape"}}, {"ok": True}, None, 1.0)
+    raised = probe_runs.ProbeRun({"mtp": {"ok": False, "phase": "build", "error": "ValueError: shape"}}, {"ok": True}, None, 1.0)
     assert not raised.transient("mtp")
 
 
@@ -276,7 +278,7 @@ def test_the_checkpoint_part_cannot_pass_when_a_module_it_checks_is_missing_from
 def test_a_cpu_cells_key_follows_the_toolchain_the_profile_and_the_built_environment(monkeypatch):
     from types import SimpleNamespace
 
-    from sglpatch import pyenv
+    from sglpatch import cpu_envs
     from sglpatch.matrix import cpu
     from sglpatch.matrix.cells import Cell
     from sglpatch.witnesses import rocm_guard
@@ -284,8 +286,8 @@ def test_a_cpu_cells_key_follows_the_toolchain_the_profile_and_the_built_environ
     put = SimpleNamespace(pin=REAL_PINS.newest, patched_tree="p" * 40, pristine_tree="q" * 40)
     cell = Cell("cpu", "spec", put.pin.version, 5)
     state = {"toolchain": "include-graph", "built": True, "installed": "numpy 2.3.0"}
-    monkeypatch.setattr(pyenv, "env_built", lambda pin: state["built"])
-    monkeypatch.setattr(pyenv, "env_fingerprint", lambda pin: state["installed"])
+    monkeypatch.setattr(cpu_envs, "env_built", lambda pin: state["built"])
+    monkeypatch.setattr(cpu_envs, "env_fingerprint", lambda pin: state["installed"])
     monkeypatch.setattr(rocm_guard.RocmGuardWitness, "fingerprint", lambda self, pin: state["toolchain"])
     first = cpu._cell_key(put, cell)
     assert cpu._cell_key(put, cell) == first

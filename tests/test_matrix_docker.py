@@ -26,10 +26,13 @@ import pytest
 from conftest import AUTHOR_ENV, REPO_ROOT, git
 from docker_engine import EngineCannotStart, host_python, local_engine, standin_base_image
 from sglpatch import matrix
-from sglpatch.matrix import containers, plan, rocm_job
-from sglpatch.matrix import rocm as rocm_tier
+from sglpatch.matrix import job_plan, plan, rocm_judge
+from sglpatch.pin_under_test import prepare_pin
 from sglpatch.project import Project
-from sglpatch.matrix.records import FAILED, PASSED, SKIPPED
+from sglpatch.records import FAILED, PASSED, SKIPPED
+from sglpatch.rocm import constants, containers, image
+from sglpatch.rocm.job import run_job, run_rocm_cell
+from sglpatch.rocm.options import RocmOptions
 
 pytestmark = pytest.mark.network  # the real pin's pristine tree comes from the package index
 
@@ -60,7 +63,7 @@ def project(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def pin_under_test(project):
-    return matrix.prepare_pin(project, PIN)
+    return prepare_pin(project, PIN)
 
 
 def _standin_files(put) -> dict[str, bytes]:
@@ -78,7 +81,7 @@ def _standin_files(put) -> dict[str, bytes]:
     with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
         for member in tar.getmembers():
             if member.isfile():
-                files[f"{containers.CHECKOUT}/{member.name}"] = tar.extractfile(member).read()
+                files[f"{constants.CHECKOUT}/{member.name}"] = tar.extractfile(member).read()
     return files
 
 
@@ -89,7 +92,7 @@ def standin(engine, pin_under_test, tmp_path_factory):
     files = _standin_files(pin_under_test)
     repo = tmp_path_factory.mktemp("checkout")
     for path, data in files.items():
-        target = repo / path.removeprefix(containers.CHECKOUT + "/")
+        target = repo / path.removeprefix(constants.CHECKOUT + "/")
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_bytes(data)
     git(repo, "init", "-q")
@@ -97,7 +100,7 @@ def standin(engine, pin_under_test, tmp_path_factory):
     git(repo, "commit", "-q", "-m", "pristine", env=AUTHOR_ENV)
     for path in sorted((repo / ".git").rglob("*")):
         if path.is_file():
-            files[f"{containers.CHECKOUT}/{path.relative_to(repo)}"] = path.read_bytes()
+            files[f"{constants.CHECKOUT}/{path.relative_to(repo)}"] = path.read_bytes()
     tag = f"sglpatch-test/rocm-standin:{PIN}"
     standin_base_image(engine, tag, files, programs=("git",))
     return tag
@@ -114,30 +117,30 @@ def standin_without_git(engine, pin_under_test):
 @pytest.mark.parametrize("base", ["standin", "standin_without_git"])
 def test_patched_image_applies_the_series_inside_and_carries_our_labels(engine, pin_under_test, base, request):
     standin = request.getfixturevalue(base)
-    spec = rocm_tier.patched_image(pin_under_test, rocm_tier.RocmOptions(base_image=standin))
+    spec = image.patched_image(pin_under_test, RocmOptions(base_image=standin))
     applied = [o.name for o in pin_under_test.applied()]
     assert [name for name, _ in spec.patches] == applied
     assert applied[0] == "0001-amd-guard-cuda-runtime-include-fused-metadata-copy.patch"
     log: list[str] = []
-    image_id = containers.build_image(engine, spec, log.append)
+    image_id = image.build_image(engine, spec, log.append)
     for number, name in enumerate(applied, 1):
         assert any(f"applying {number:03d}_{name}" in line for line in log), (name, log)
     assert any("series applied" in line for line in log)
     # git apply where the checkout is a repository (sglang's images), GNU patch where it is not.
     assert any(line.startswith("patching file") for line in log) == (base == "standin_without_git"), log
     labels = engine.images.get(image_id).labels
-    assert labels[containers.LABEL_PIN] == PIN
-    assert labels[containers.LABEL_SERIES_VERSION] == pin_under_test.series_version
-    assert labels[containers.LABEL_SERIES_HASH] == pin_under_test.series_hash
-    assert labels[containers.LABEL_OWNER] == containers.OWNER
+    assert labels[constants.LABEL_PIN] == PIN
+    assert labels[constants.LABEL_SERIES_VERSION] == pin_under_test.series_version
+    assert labels[constants.LABEL_SERIES_HASH] == pin_under_test.series_hash
+    assert labels[constants.LABEL_OWNER] == constants.OWNER
 
     # The check command runs in a container of the patched image: the guard is in the checkout.
     streamed: list[str] = []
     run = containers.run_check(
         engine,
         image_id,
-        ["sh", "-c", f"grep -n 'ifndef USE_ROCM' {containers.CHECKOUT}/{KERNEL} && ls {containers.TOOLS_DIR}/checks"],
-        {containers.LABEL_CELL: "test-build"},
+        ["sh", "-c", f"grep -n 'ifndef USE_ROCM' {constants.CHECKOUT}/{KERNEL} && ls {constants.TOOLS_DIR}/checks"],
+        {constants.LABEL_CELL: "test-build"},
         containers.RunOptions(gpu=False, network="none", timeout=120),
         streamed.append,
     )
@@ -146,13 +149,13 @@ def test_patched_image_applies_the_series_inside_and_carries_our_labels(engine, 
     assert "build_check.py" in run.log and "serve_check.py" in run.log
     assert streamed and streamed == run.log.splitlines()
     # run_check removes its container.
-    assert not engine.containers.list(all=True, filters={"label": f"{containers.LABEL_CELL}=test-build"})
+    assert not engine.containers.list(all=True, filters={"label": f"{constants.LABEL_CELL}=test-build"})
 
 
 def test_check_container_reports_a_failing_command_and_its_exit_code(engine, pin_under_test, standin):
-    spec = rocm_tier.patched_image(pin_under_test, rocm_tier.RocmOptions(base_image=standin))
-    image_id = containers.build_image(engine, spec, lambda line: None)
-    pristine_guard = f"git -C {containers.CHECKOUT} diff --quiet"  # no git in the stand-in: fails
+    spec = image.patched_image(pin_under_test, RocmOptions(base_image=standin))
+    image_id = image.build_image(engine, spec, lambda line: None)
+    pristine_guard = f"git -C {constants.CHECKOUT} diff --quiet"  # no git in the stand-in: fails
     run = containers.run_check(
         engine, image_id, ["sh", "-c", f"echo before; {pristine_guard}"], {},
         containers.RunOptions(gpu=False, network="none", timeout=120), lambda line: None,
@@ -163,10 +166,10 @@ def test_check_container_reports_a_failing_command_and_its_exit_code(engine, pin
 
 def test_a_patch_that_does_not_apply_fails_the_image_build_with_its_log(engine, pin_under_test):
     # A base without the kernel the patch changes: the series cannot apply, the build must fail.
-    tag = standin_base_image(engine, "sglpatch-test/rocm-standin:empty", {f"{containers.CHECKOUT}/README": b"x\n"})
-    spec = rocm_tier.patched_image(pin_under_test, rocm_tier.RocmOptions(base_image="sglpatch-test/rocm-standin:empty"))
-    with pytest.raises(containers.BuildFailed) as failure:
-        containers.build_image(engine, spec, lambda line: None)
+    tag = standin_base_image(engine, "sglpatch-test/rocm-standin:empty", {f"{constants.CHECKOUT}/README": b"x\n"})
+    spec = image.patched_image(pin_under_test, RocmOptions(base_image="sglpatch-test/rocm-standin:empty"))
+    with pytest.raises(image.BuildFailed) as failure:
+        image.build_image(engine, spec, lambda line: None)
     assert "001_0001-amd-guard-cuda-runtime-include-fused-metadata-copy.patch does not apply" in str(failure.value)
     assert tag
 
@@ -174,13 +177,13 @@ def test_a_patch_that_does_not_apply_fails_the_image_build_with_its_log(engine, 
 def test_clean_up_removes_only_containers_with_our_labels(engine, standin):
     foreign = engine.containers.create(standin, ["true"], labels={"someone.else": "1"})
     ours = engine.containers.create(
-        standin, ["true"], labels={containers.LABEL_OWNER: containers.OWNER, containers.LABEL_CELL: "cell-a"}
+        standin, ["true"], labels={constants.LABEL_OWNER: constants.OWNER, constants.LABEL_CELL: "cell-a"}
     )
     other_cell = engine.containers.create(
-        standin, ["true"], labels={containers.LABEL_OWNER: containers.OWNER, containers.LABEL_CELL: "cell-b"}
+        standin, ["true"], labels={constants.LABEL_OWNER: constants.OWNER, constants.LABEL_CELL: "cell-b"}
     )
     try:
-        removed = containers.remove_ours(engine, {containers.LABEL_CELL: "cell-a"})
+        removed = containers.remove_ours(engine, {constants.LABEL_CELL: "cell-a"})
         assert removed == [ours.id]
         remaining = {c.id for c in engine.containers.list(all=True)}
         assert foreign.id in remaining and other_cell.id in remaining
@@ -194,11 +197,11 @@ def test_rocm_cell_runs_against_the_engine_and_records_the_image(engine, project
     """The whole cell through the tier's entry point, GPU flags off, against the stand-in: the image
     is built and recorded, the check container runs, and its log lands in the cell's log. The
     stand-in has no Python, so the check itself must fail -- and say so -- rather than pass."""
-    options = rocm_tier.RocmOptions(base_image=standin, gpu=False, network="none", cell_timeout=120)
+    options = RocmOptions(base_image=standin, gpu=False, network="none", cell_timeout=120)
     monkeypatch.setattr(containers, "connect", lambda base_url=None, timeout=600: engine)
-    record = rocm_tier.run_rocm_cell(project, matrix.Cell("rocm", "build", PIN), options, on_log=lambda line: None)
+    record = run_rocm_cell(project, matrix.Cell("rocm", "build", PIN), options, on_log=lambda line: None)
     assert record.image_digest.startswith("sha256:")
-    assert record.image_digest == engine.images.get(containers.PatchedImage(
+    assert record.image_digest == engine.images.get(image.PatchedImage(
         standin, PIN, record.series_version, record.series_hash, ()).tag).id
     assert record.outcome == "failed", record
     # A cell alone is a job of one cell: the image's build log streamed into the job's log (the
@@ -208,20 +211,20 @@ def test_rocm_cell_runs_against_the_engine_and_records_the_image(engine, project
     job_log = (Path(record.log).parent / f"rocm-job-build-{PIN}.log").read_text()
     assert "apply-series.sh" in job_log and '"python3": executable file not found' in log
     assert '"python3": executable file not found' in job_log
-    assert not engine.containers.list(all=True, filters={"label": f"{containers.LABEL_CELL}={record.cell_id}"})
+    assert not engine.containers.list(all=True, filters={"label": f"{constants.LABEL_CELL}={record.cell_id}"})
 
 
 def test_rocm_cells_skip_with_the_reason_where_there_is_no_engine(project, tmp_path):
-    options = rocm_tier.RocmOptions(gpu=False, docker_url=f"unix://{tmp_path}/no-engine.sock")
-    record = rocm_tier.run_rocm_cell(project, matrix.Cell("rocm", "spec", PIN, 5), options, on_log=lambda line: None)
+    options = RocmOptions(gpu=False, docker_url=f"unix://{tmp_path}/no-engine.sock")
+    record = run_rocm_cell(project, matrix.Cell("rocm", "spec", PIN, 5), options, on_log=lambda line: None)
     assert record.outcome == SKIPPED
     assert "no docker engine" in record.reason
 
 
 def test_rocm_cells_skip_with_the_reason_where_there_is_no_gpu(project):
-    if rocm_tier.KFD.exists():
+    if constants.KFD.exists():
         pytest.skip("this machine has /dev/kfd: the no-GPU skip cannot be observed here")
-    record = rocm_tier.run_rocm_cell(project, matrix.Cell("rocm", "load", PIN), rocm_tier.RocmOptions(), on_log=lambda l: None)
+    record = run_rocm_cell(project, matrix.Cell("rocm", "load", PIN), RocmOptions(), on_log=lambda l: None)
     assert record.outcome == SKIPPED
     assert "/dev/kfd" in record.reason
 
@@ -234,8 +237,8 @@ def test_sglpatch_image_builds_the_patched_image_and_prints_its_tag_and_labels(e
     assert code == 0, out
     tag, image_id = out.splitlines()[0].split()
     assert tag.startswith(f"sglpatch/sglang:{PIN}-s") and image_id.startswith("sha256:")
-    assert f"  {containers.LABEL_PIN}={PIN}" in out and f"  {containers.LABEL_BASE}={standin}" in out
-    assert engine.images.get(tag).labels[containers.LABEL_PIN] == PIN
+    assert f"  {constants.LABEL_PIN}={PIN}" in out and f"  {constants.LABEL_BASE}={standin}" in out
+    assert engine.images.get(tag).labels[constants.LABEL_PIN] == PIN
 
 
 def test_apply_into_the_checkout_of_the_standin_image(engine, project, standin, tmp_path):
@@ -243,18 +246,18 @@ def test_apply_into_the_checkout_of_the_standin_image(engine, project, standin, 
     series as commits with apply --into, as it would inside a running container."""
     from sglpatch.into import apply_into
 
-    container = engine.containers.create(standin, ["true"], labels={containers.LABEL_OWNER: containers.OWNER})
+    container = engine.containers.create(standin, ["true"], labels={constants.LABEL_OWNER: constants.OWNER})
     try:
-        chunks, _ = container.get_archive(containers.CHECKOUT)
+        chunks, _ = container.get_archive(constants.CHECKOUT)
         with tarfile.open(fileobj=io.BytesIO(b"".join(chunks))) as tar:
             tar.extractall(tmp_path, filter="fully_trusted")
     finally:
         container.remove(force=True)
-    checkout = tmp_path / containers.CHECKOUT.rsplit("/", 1)[-1]
+    checkout = tmp_path / constants.CHECKOUT.rsplit("/", 1)[-1]
     git(checkout, "config", "user.name", "In The Container")
     git(checkout, "config", "user.email", "root@container")
     done = apply_into(project, checkout, PIN)
-    assert done.how == "git commits" and len(done.commits) == len(matrix.prepare_pin(project, PIN).applied())
+    assert done.how == "git commits" and len(done.commits) == len(prepare_pin(project, PIN).applied())
     assert "#ifndef USE_ROCM" in (checkout / KERNEL).read_text()
     assert git(checkout, "log", "-1", "--format=%cn").strip() == "In The Container"
 
@@ -288,11 +291,11 @@ def _standin_model(folder: Path, behaviour: dict) -> Path:
     return folder
 
 
-def _job_options(engine, image: str, model: Path, tmp_path: Path, **overrides) -> rocm_tier.RocmOptions:
+def _job_options(engine, image: str, model: Path, tmp_path: Path, **overrides) -> RocmOptions:
     (tmp_path / "hf").mkdir(exist_ok=True)
     settings = dict(base_image=image, model=str(model), hf_cache=tmp_path / "hf", docker_url=engine.sglpatch_url,
                     gpu=False, network="none", server_timeout=60, health_poll_s=0.2, cell_timeout=120)
-    return rocm_tier.RocmOptions(**{**settings, **overrides})
+    return RocmOptions(**{**settings, **overrides})
 
 
 def _server_starts(project: Project) -> list[dict]:
@@ -306,7 +309,7 @@ def _forget_server_starts(project: Project) -> None:
 
 
 def _ours_left(engine) -> list:
-    return engine.containers.list(all=True, filters={"label": rocm_job.LABEL_JOB})
+    return engine.containers.list(all=True, filters={"label": constants.LABEL_JOB})
 
 
 def test_a_pins_nightly_job_writes_the_synthetic_checkpoint_once_and_serves_it_in_lanes_to_every_check(
@@ -317,15 +320,15 @@ def test_a_pins_nightly_job_writes_the_synthetic_checkpoint_once_and_serves_it_i
     run and judged by the tier's own code."""
     _forget_server_starts(project)
     model = _standin_model(tmp_path / "model", {})  # the full model's folder: no nightly check may use it
-    items = rocm_job.items_for("nightly")
+    items = job_plan.items_for("nightly")
     seen: list[str] = []
-    result = rocm_job.run_job(project, PIN, items, _job_options(engine, standin_with_server, model, tmp_path),
+    result = run_job(project, PIN, items, _job_options(engine, standin_with_server, model, tmp_path),
                               event="nightly", on_log=seen.append)
 
     # The checkpoint: written once, in the image (its Python has no transformers), then removed.
     job_record = json.loads(result.path.read_text())
     written = job_record["checkpoint"]
-    assert written["folder"] == rocm_tier.CHECKPOINT_INSIDE and written["mtp_layer"] == 4 and "error" not in written
+    assert written["folder"] == constants.CHECKPOINT_INSIDE and written["mtp_layer"] == 4 and "error" not in written
     assert written["config_from"] == "GLM-5's published fields (no GlmMoeDsaConfig in this Python)"
     assert sum(line.startswith("# writing the synthetic checkpoint") for line in seen) == 1
     assert not Path(written["host_folder"]).exists()
@@ -334,7 +337,7 @@ def test_a_pins_nightly_job_writes_the_synthetic_checkpoint_once_and_serves_it_i
     # the CI plan counts, each on the mounted checkpoint, which it read: the config's MTP
     # exclusions and the safetensors header's bf16 MTP tensors, as the generator wrote them.
     started = _server_starts(project)
-    groups = rocm_job.job_groups(items, model=str(model))
+    groups = job_plan.job_groups(items, model=str(model))
     planned = sorted(tuple(launch.argv) for group in groups for launch in group.launches)
     assert sorted(tuple(start["argv"][:-4]) for start in started) == planned  # less --host and --port
     assert len(set(planned)) == len(started) == 7
@@ -343,7 +346,7 @@ def test_a_pins_nightly_job_writes_the_synthetic_checkpoint_once_and_serves_it_i
     assert len(nightly.launches) == len(started) == len(result.servers)
     mtp = "model.layers.4"
     for start in started:
-        assert start["argv"][start["argv"].index("--model-path") + 1] == rocm_tier.CHECKPOINT_INSIDE
+        assert start["argv"][start["argv"].index("--model-path") + 1] == constants.CHECKPOINT_INSIDE
         assert start["model"]["architectures"] == ["GlmMoeDsaForCausalLM"] and start["model"]["quant_method"] == "quark"
         assert start["model"]["mtp_excluded"] == sorted(written["excluded"]) == sorted(
             [f"{mtp}.eh_proj", *(f"{mtp}.mlp.shared_experts.{p}_proj" for p in ("gate", "up", "down"))])
@@ -377,9 +380,9 @@ def test_a_pins_nightly_job_writes_the_synthetic_checkpoint_once_and_serves_it_i
             assert record.outcome == PASSED, (cell_id, record.parts)
             assert record.figures["checkpoint"] == "synthetic"
     load = records[f"rocm-load-{PIN}"]
-    flags = next(part for part in load.parts if part.name == rocm_tier.FLAGS_PART)
+    flags = next(part for part in load.parts if part.name == rocm_judge.FLAGS_PART)
     assert "kv_cache_dtype='fp8_e4m3'" in flags.detail and "tp_size=2" in flags.detail
-    assert any(part.name == rocm_tier.COMPILE_PART and part.outcome == PASSED for part in load.parts)
+    assert any(part.name == rocm_judge.COMPILE_PART and part.outcome == PASSED for part in load.parts)
     spec5 = records[f"rocm-spec-{PIN}-d5"].figures
     assert spec5["accept_length"] == pytest.approx(sum(0.95**k for k in range(6)), abs=1e-3)
     assert spec5["prefix_match_mean"] == 1.0 and spec5["not_judged"] == ["accept_length", "prefix_match"]
@@ -396,7 +399,7 @@ def test_a_checkpoint_that_cannot_be_written_fails_the_synthetic_cells_and_start
     # The stand-in without Python: the generator cannot run in it.
     _forget_server_starts(project)
     model = _standin_model(tmp_path / "model", {})
-    result = rocm_job.run_job(project, PIN, [rocm_job.Item("load")], _job_options(engine, standin, model, tmp_path),
+    result = run_job(project, PIN, [job_plan.Item("load")], _job_options(engine, standin, model, tmp_path),
                               on_log=lambda line: None)
     (load,) = result.records
     assert load.outcome == FAILED and "the synthetic checkpoint was not written" in load.reason
@@ -418,7 +421,7 @@ def test_a_failing_check_fails_its_records_and_the_server_container_is_removed(
     model = _standin_model(tmp_path / "model", behaviour)
     # The matrix asked to serve the model folder (not the synthetic checkpoint): load and the gate share a server.
     options = _job_options(engine, standin_with_server, model, tmp_path, cell_timeout=4, matrix_model=str(model))
-    result = rocm_job.run_job(project, PIN, [rocm_job.Item("load"), rocm_job.Item("accuracy")], options,
+    result = run_job(project, PIN, [job_plan.Item("load"), job_plan.Item("accuracy")], options,
                               on_log=lambda line: None)
     assert len(_server_starts(project)) == len(result.servers) == 1  # load and the gate share it
     load, gate = result.records
@@ -438,7 +441,7 @@ def test_an_interrupted_job_still_removes_its_server_container(engine, project, 
             raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):
-        rocm_job.run_job(project, PIN, [rocm_job.Item("load")],
+        run_job(project, PIN, [job_plan.Item("load")],
                          _job_options(engine, standin_with_server, model, tmp_path, matrix_model=str(model)),
                          on_log=interrupt_at_the_first_check)
     assert any('"serving": true' in line for line in seen)  # the server was up when the job was stopped
@@ -455,13 +458,13 @@ def test_a_spec_cell_alone_starts_its_baselines_once_then_reuses_them(engine, pr
     for old in state.glob("baseline-*.json"):
         old.unlink()
     cell = matrix.Cell("rocm", "spec", PIN, 5)
-    first = rocm_tier.run_rocm_cell(project, cell, options, on_log=lambda line: None)
+    first = run_rocm_cell(project, cell, options, on_log=lambda line: None)
     assert first.outcome == PASSED, first.parts
-    launches = rocm_job.Launches(str(model))
+    launches = job_plan.Launches(str(model))
     # Two lanes at once: the baselines' server and depth 5's, in either order.
     assert sorted(start["argv"][:-4] for start in _server_starts(project)) == sorted([  # less --host and --port
         list(launches.plain().argv), list(launches.depth(5).argv)])
-    second = rocm_tier.run_rocm_cell(project, cell, options, on_log=lambda line: None)
+    second = run_rocm_cell(project, cell, options, on_log=lambda line: None)
     assert second.outcome == PASSED and len(_server_starts(project)) == 3
     assert second.figures["plain_decode_tok_s"] == first.figures["plain_decode_tok_s"]
     assert not _ours_left(engine)

@@ -14,10 +14,11 @@ from pathlib import Path
 import yaml
 
 from conftest import REPO_ROOT
-from sglpatch.matrix import plan, rocm_job, workflow
+from sglpatch.matrix import job_plan, plan, workflow
 from sglpatch.matrix.cells import PROFILE
 from sglpatch.profile import load_profile
 from sglpatch.project import Project
+from sglpatch.rocm import constants
 
 WORKFLOW = REPO_ROOT / ".github" / "workflows" / "matrix.yml"
 PROJECT = Project(REPO_ROOT)
@@ -81,27 +82,27 @@ def test_the_plan_fits_a_team_budget_nightly_6_pr_0_5_a_job_weekly_8_node_hours(
 
 
 def test_the_matrix_serves_the_synthetic_checkpoint_in_lanes_and_the_full_model_alone():
-    groups = rocm_job.job_groups(rocm_job.items_for("nightly"))
-    serverless, lanes = rocm_job.phases(groups)
+    groups = job_plan.job_groups(job_plan.items_for("nightly"))
+    serverless, lanes = job_plan.phases(groups)
     assert [[step.kind for step in group.steps] for lane in serverless for group in lane] == [["build"]]
-    assert len(lanes) == rocm_job.NODE_GPUS // rocm_job.SYNTHETIC_TP == 4
+    assert len(lanes) == constants.NODE_GPUS // job_plan.SYNTHETIC_TP == 4
     assert lanes[0][0].baselines  # the baselines' server first, so the other lanes wait least
-    assert all(launch.synthetic and launch.model == rocm_job.CHECKPOINT_INSIDE
-               and launch.argv[launch.argv.index("--tp-size") + 1] == str(rocm_job.SYNTHETIC_TP)
+    assert all(launch.synthetic and launch.model == constants.CHECKPOINT_INSIDE
+               and launch.argv[launch.argv.index("--tp-size") + 1] == str(job_plan.SYNTHETIC_TP)
                for lane in lanes for group in lane for launch in group.launches)
-    assert {rocm_job.lane_resources(lane) for lane in range(4)} == {
+    assert {job_plan.lane_resources(lane) for lane in range(4)} == {
         ("0,1", 30731), ("2,3", 31731), ("4,5", 32731), ("6,7", 33731)}
-    weekly = rocm_job.phases(rocm_job.job_groups(rocm_job.items_for("weekly")))
+    weekly = job_plan.phases(job_plan.job_groups(job_plan.items_for("weekly")))
     assert all(len(phase) == 1 and len(phase[0]) == 1 for phase in weekly)  # the whole node each
     assert not any(launch.synthetic for phase in weekly for group in phase[0] for launch in group.launches)
     # A model asked for the matrix: the profile as shipped (TP8), one server at a time, no checkpoint.
-    full = rocm_job.job_groups(rocm_job.items_for("nightly"), matrix_model="/models/m")
-    assert not rocm_job.needs_checkpoint(full) and all(len(phase) == 1 for phase in rocm_job.phases(full))
+    full = job_plan.job_groups(job_plan.items_for("nightly"), matrix_model="/models/m")
+    assert not job_plan.needs_checkpoint(full) and all(len(phase) == 1 for phase in job_plan.phases(full))
 
 
 def _shares(event: str) -> dict[str, list[str]]:
     """Per server start of an event's job (by launch name): the steps it serves."""
-    groups = rocm_job.job_groups(rocm_job.items_for(event))
+    groups = job_plan.job_groups(job_plan.items_for(event))
     return {launch.name: [step.label("X") for step in group.steps] for group in groups for launch in group.launches}
 
 
@@ -109,12 +110,12 @@ def test_load_the_gate_and_depth_5_share_one_server_every_other_launch_its_own_i
     on = " (synthetic checkpoint)"
     for event in ("pr", "nightly"):
         assert _shares(event) == {
-            "no speculative decoding" + on: [rocm_job.BASELINES["greedy"], rocm_job.BASELINES["speed"]],
+            "no speculative decoding" + on: [job_plan.BASELINES["greedy"], job_plan.BASELINES["speed"]],
             "EAGLE depth 3" + on: ["spec(rocm, X, 3)"],
             "profile as shipped" + on: ["load(rocm, X)", "spec(rocm, X, 5)"],
             **{f"EAGLE depth {d}" + on: [f"spec(rocm, X, {d})"] for d in (1, 2, 4, 6)},
         }
-        groups = rocm_job.job_groups(rocm_job.items_for(event))
+        groups = job_plan.job_groups(job_plan.items_for(event))
         assert [step.label("X") for group in groups if not group.launches for step in group.steps] == ["build(rocm, X)"]
         assert groups[0].launches == ()  # the build needs no server and runs first
     # weekly: the gate on the full model, then the bench, one server per workload variant, as
@@ -128,7 +129,7 @@ def test_load_the_gate_and_depth_5_share_one_server_every_other_launch_its_own_i
 
 
 def test_sharing_follows_from_equal_launch_configurations_not_from_names():
-    launches = rocm_job.Launches("/models/m", matrix_model="/models/m")
+    launches = job_plan.Launches("/models/m", matrix_model="/models/m")
     shipped = launches.shipped()
     assert launches.depth(5) == shipped == launches.gate()  # equal argv and environment
     assert shipped.argv == tuple(load_profile(PROFILE).server_args("/models/m"))
@@ -136,36 +137,36 @@ def test_sharing_follows_from_equal_launch_configurations_not_from_names():
     assert all(launches.depth(d) != shipped for d in (1, 2, 3, 4, 6))
     assert not any(arg.startswith("--speculative") for arg in launches.plain().argv)
     for event in plan.EVENTS:  # within a job, the job starts no configuration twice
-        groups = rocm_job.job_groups(rocm_job.items_for(event))
+        groups = job_plan.job_groups(job_plan.items_for(event))
         job = [launch for group in groups if group.steps[0].kind != "bench" for launch in group.launches]
         assert job and len(set(job)) == len(job)
     # Known, and counted by the estimate: the weekly gate launches what the single-stream bench's
     # as-shipped variant launches, and bench_run.py starts its own servers, so it starts twice.
-    weekly = rocm_job.job_groups(rocm_job.items_for("weekly"))
-    assert weekly[0].launches[0] == weekly[-1].launches[0] and rocm_job.server_starts(weekly) == 4
+    weekly = job_plan.job_groups(job_plan.items_for("weekly"))
+    assert weekly[0].launches[0] == weekly[-1].launches[0] and job_plan.server_starts(weekly) == 4
 
 
 def test_a_cell_alone_starts_only_the_servers_it_needs():
     def starts(*items, **known):
-        return rocm_job.server_starts(rocm_job.job_groups(list(items), **known))
+        return job_plan.server_starts(job_plan.job_groups(list(items), **known))
 
-    assert starts(rocm_job.Item("build")) == 0
-    assert starts(rocm_job.Item("load")) == 1
-    assert starts(rocm_job.Item("spec", 5)) == 2  # no speculation (both baselines), then depth 5
-    assert starts(rocm_job.Item("spec", 3)) == 2  # depth 3 is compared with the non-speculative decode too
-    assert starts(rocm_job.Item("spec", 5), baselines_known=True) == 1
+    assert starts(job_plan.Item("build")) == 0
+    assert starts(job_plan.Item("load")) == 1
+    assert starts(job_plan.Item("spec", 5)) == 2  # no speculation (both baselines), then depth 5
+    assert starts(job_plan.Item("spec", 3)) == 2  # depth 3 is compared with the non-speculative decode too
+    assert starts(job_plan.Item("spec", 5), baselines_known=True) == 1
     # The gate serves the full model; load and depth 5 the synthetic checkpoint, unless the matrix
     # is asked to serve the same model.
-    assert starts(rocm_job.Item("load"), rocm_job.Item("accuracy"), rocm_job.Item("spec", 5), baselines_known=True) == 2
-    assert starts(rocm_job.Item("load"), rocm_job.Item("accuracy"), rocm_job.Item("spec", 5), baselines_known=True,
+    assert starts(job_plan.Item("load"), job_plan.Item("accuracy"), job_plan.Item("spec", 5), baselines_known=True) == 2
+    assert starts(job_plan.Item("load"), job_plan.Item("accuracy"), job_plan.Item("spec", 5), baselines_known=True,
                   model="/models/m", matrix_model="/models/m") == 1
 
 
 def test_the_plan_counts_exactly_the_server_starts_of_the_jobs_grouping():
     for event in plan.EVENTS:
-        groups = rocm_job.job_groups(rocm_job.items_for(event))
+        groups = job_plan.job_groups(job_plan.items_for(event))
         for job in plan.plan(PROJECT, event):
-            assert len(job.launches) == rocm_job.server_starts(groups)
+            assert len(job.launches) == job_plan.server_starts(groups)
             assert job.groups == groups
         # One second more a start costs a second a start in turn: the full model's starts all,
         # the synthetic checkpoint's those of the longest lane (two).
@@ -173,7 +174,7 @@ def test_the_plan_counts_exactly_the_server_starts_of_the_jobs_grouping():
         full = plan.estimate(event, PINS[-1], {**zero, "server-start": 1.0}).seconds - plan.estimate(event, PINS[-1], zero).seconds
         small = plan.estimate(event, PINS[-1], {**zero, "server-start-checkpoint": 1.0}).seconds - plan.estimate(event, PINS[-1], zero).seconds
         assert full == sum(len(group.launches) for group in groups if not group.synthetic)
-        assert small == (2 if rocm_job.needs_checkpoint(groups) else 0)
+        assert small == (2 if job_plan.needs_checkpoint(groups) else 0)
 
 
 def test_recorded_durations_replace_the_defaults_and_the_plan_says_so(tmp_path):

@@ -9,17 +9,18 @@ from pathlib import Path
 import pytest
 
 from sglpatch import matrix
-from sglpatch.matrix import containers
-from sglpatch.matrix import rocm as rocm_tier
-from sglpatch.matrix import rocm_job
-from sglpatch.matrix.containers import ContainerRun
-from sglpatch.matrix.records import FAILED, PASSED, CellRecord
+from sglpatch.matrix import job_plan, rocm_judge
+from sglpatch.records import FAILED, PASSED, CellRecord
+from sglpatch.rocm import constants, containers, image
+from sglpatch.rocm.containers import ContainerRun
+from sglpatch.rocm.job import run_job
+from sglpatch.rocm.options import IMAGE_ENV, RocmOptions
 
 
 def _judge(cell: matrix.Cell, figures: dict | None, exit_code: int = 0, **run) -> CellRecord:
     record = CellRecord(cell.tier, cell.check, cell.pin, cell.depth, "2", "ab" * 32, "skipped")
     log = "server log line\n" + (json.dumps(figures) if figures is not None else "Traceback: boom")
-    rocm_tier.judge(cell, ContainerRun(exit_code, log, **run), record)
+    rocm_judge.judge(cell, ContainerRun(exit_code, log, **run), record)
     return record
 
 
@@ -47,36 +48,36 @@ def test_a_missing_rocm_guard_shows_as_collapsed_decode_speed_and_fails():
     # The bring-up: the failed compile is retried every step, decode drops ~30x: far below the
     # non-speculative decode (6.5 / 80 = x0.08, floor x0.5).
     record = _judge(matrix.Cell("rocm", "spec", "0.5.14", 5), _spec_figures(decode_tok_s=6.5))
-    assert _outcomes(record)[rocm_tier.COLLAPSE_PART] == FAILED
-    detail = next(part.detail for part in record.parts if part.name == rocm_tier.COLLAPSE_PART)
+    assert _outcomes(record)[rocm_judge.COLLAPSE_PART] == FAILED
+    detail = next(part.detail for part in record.parts if part.name == rocm_judge.COLLAPSE_PART)
     assert "6.5 tok/s at depth 5 vs 80.0 without speculative decoding (x0.08" in detail
 
 
 def test_depth_3_is_judged_against_the_non_speculative_decode_measured_on_its_own_server():
     # Depth 3 at 30 tok/s: against itself it would be x1.0; against the plain decode (80) it is x0.38.
     record = _judge(matrix.Cell("rocm", "spec", "0.5.14", 3), _spec_figures(decode_tok_s=30.0, accept_length=3.6))
-    assert _outcomes(record)[rocm_tier.COLLAPSE_PART] == FAILED
+    assert _outcomes(record)[rocm_judge.COLLAPSE_PART] == FAILED
     assert record.figures["decode_ratio_vs_plain"] == round(30 / 80, 3)
-    groups = rocm_job.job_groups([rocm_job.Item("spec", 3)])
-    launches = rocm_job.Launches()
+    groups = job_plan.job_groups([job_plan.Item("spec", 3)])
+    launches = job_plan.Launches()
     speed = next(group for group in groups if any(step.kind == "speed" for step in group.steps))
     assert speed.launches == (launches.plain(),) and launches.plain() != launches.depth(3)
     assert not any(arg.startswith("--speculative") for arg in speed.launches[0].argv)
 
 
 def test_accept_length_is_judged_against_the_floor_of_its_depth():
-    floor = rocm_tier.ACCEPT_LENGTH_FLOORS[6]
+    floor = rocm_judge.ACCEPT_LENGTH_FLOORS[6]
     low = _judge(matrix.Cell("rocm", "spec", "0.5.14", 6), _spec_figures(accept_length=floor - 0.01))
     assert _outcomes(low)[f"accept length at least {floor}"] == FAILED
     missing = _judge(matrix.Cell("rocm", "spec", "0.5.14", 6), _spec_figures(accept_length=None))
     assert _outcomes(missing)[f"accept length at least {floor}"] == FAILED
-    assert sorted(rocm_tier.ACCEPT_LENGTH_FLOORS) == list(matrix.DEPTHS)
-    assert all(rocm_tier.ACCEPT_LENGTH_FLOORS[d] < d + 1 for d in matrix.DEPTHS)  # at most d + 1 per step
+    assert sorted(rocm_judge.ACCEPT_LENGTH_FLOORS) == list(matrix.DEPTHS)
+    assert all(rocm_judge.ACCEPT_LENGTH_FLOORS[d] < d + 1 for d in matrix.DEPTHS)  # at most d + 1 per step
 
 
 def test_the_depth_5_floor_is_sglangs_own_amd_ci_figure_and_the_others_follow_from_it():
-    assert rocm_tier.ACCEPT_LENGTH_FLOORS[5] == 5.0
-    floors = [rocm_tier.ACCEPT_LENGTH_FLOORS[d] for d in matrix.DEPTHS]
+    assert rocm_judge.ACCEPT_LENGTH_FLOORS[5] == 5.0
+    floors = [rocm_judge.ACCEPT_LENGTH_FLOORS[d] for d in matrix.DEPTHS]
     assert floors == sorted(floors) and floors[0] > 1.0
     at_ci = _judge(matrix.Cell("rocm", "spec", "0.5.23", 5), _spec_figures(accept_length=4.99))
     assert _outcomes(at_ci)["accept length at least 5.0"] == FAILED
@@ -126,16 +127,16 @@ def test_gpu_containers_get_sglangs_amd_ci_flags_and_aiter():
 
 
 def test_the_base_image_is_the_pins_release_unless_configured(monkeypatch):
-    monkeypatch.delenv(rocm_tier.IMAGE_ENV, raising=False)
-    options = rocm_tier.RocmOptions()
+    monkeypatch.delenv(IMAGE_ENV, raising=False)
+    options = RocmOptions()
     assert options.image_for("0.5.14", "lmsysorg/sglang:v0.5.14-rocm720-mi35x") == "lmsysorg/sglang:v0.5.14-rocm720-mi35x"
-    monkeypatch.setenv(rocm_tier.IMAGE_ENV, "registry.local/sglang:v{version}-rocm")
+    monkeypatch.setenv(IMAGE_ENV, "registry.local/sglang:v{version}-rocm")
     assert options.image_for("0.5.14", "unused") == "registry.local/sglang:v0.5.14-rocm"
-    assert rocm_tier.RocmOptions(base_image="mine:{version}").image_for("0.5.23", "unused") == "mine:0.5.23"
+    assert RocmOptions(base_image="mine:{version}").image_for("0.5.23", "unused") == "mine:0.5.23"
 
 
 def test_the_in_container_checks_compile_with_the_standard_library_only(tmp_path):
-    for script in sorted(rocm_tier.CHECK_SCRIPTS.glob("*.py")):
+    for script in sorted(image.CHECK_SCRIPTS.glob("*.py")):
         py_compile.compile(str(script), cfile=str(tmp_path / (script.name + "c")), doraise=True)
         imports = {line.split()[1].split(".")[0] for line in script.read_text().splitlines()
                    if line.startswith(("import ", "from ")) and not line.startswith("from __future__")}
@@ -143,7 +144,7 @@ def test_the_in_container_checks_compile_with_the_standard_library_only(tmp_path
         assert imports <= {"json", "os", "re", "signal", "subprocess", "sys", "threading", "time", "urllib",
                            "pathlib", "importlib", "traceback", "math", "shlex", "shutil", "sglpatch",
                            "bench_metrics", "power", "serve_check"}, (script.name, imports)
-    assert {p.name for p in rocm_tier.CHECK_SCRIPTS.glob("*.py")} == {
+    assert {p.name for p in image.CHECK_SCRIPTS.glob("*.py")} == {
         "__init__.py", "build_check.py", "serve_check.py", "bench_run.py", "bench_metrics.py", "power.py",
         "accuracy_check.py", "tune_moe.py"}
 
@@ -151,7 +152,7 @@ def test_the_in_container_checks_compile_with_the_standard_library_only(tmp_path
 def test_serve_check_compares_greedy_outputs_by_prefix():
     import importlib.util
 
-    spec = importlib.util.spec_from_file_location("serve_check", rocm_tier.CHECK_SCRIPTS / "serve_check.py")
+    spec = importlib.util.spec_from_file_location("serve_check", image.CHECK_SCRIPTS / "serve_check.py")
     serve_check = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(serve_check)
     assert serve_check.common_prefix("The capital is Paris.", "The capital is Lyon.") == len("The capital is ")
@@ -178,13 +179,12 @@ def _scratch_project(tmp_path):
 
 
 def test_a_job_without_a_docker_engine_records_every_cell_skipped_with_the_reason(tmp_path):
-    from sglpatch.matrix import rocm_job
-    from sglpatch.matrix.records import SKIPPED, read_records
+    from sglpatch.records import SKIPPED, read_records
 
     project = _scratch_project(tmp_path)
-    options = rocm_tier.RocmOptions(gpu=False, docker_url=f"unix://{tmp_path}/no-engine.sock")
-    items = rocm_job.items_for("nightly")
-    result = rocm_job.run_job(project, "0.5.23", items, options, event="nightly", on_log=lambda line: None)
+    options = RocmOptions(gpu=False, docker_url=f"unix://{tmp_path}/no-engine.sock")
+    items = job_plan.items_for("nightly")
+    result = run_job(project, "0.5.23", items, options, event="nightly", on_log=lambda line: None)
     assert [r.cell_id for r in result.records] == [item.record_id("0.5.23") for item in items]
     assert {r.outcome for r in result.records} == {SKIPPED} and result.outcome == SKIPPED
     assert all("no docker engine" in r.reason for r in result.records)
@@ -195,16 +195,15 @@ def test_a_job_without_a_docker_engine_records_every_cell_skipped_with_the_reaso
 
 
 def test_a_job_without_dev_kfd_skips_the_matrix_and_the_bench_with_the_reason(tmp_path):
-    from sglpatch.matrix import rocm_job
-    from sglpatch.matrix.records import SKIPPED
+    from sglpatch.records import SKIPPED
 
-    if rocm_tier.KFD.exists():
+    if constants.KFD.exists():
         import pytest
 
         pytest.skip("this machine has /dev/kfd: the no-GPU skip cannot be observed here")
     project = _scratch_project(tmp_path)
     for event in ("pr", "weekly"):
-        result = rocm_job.run_job(project, "0.5.23", rocm_job.items_for(event), rocm_tier.RocmOptions(), event=event,
+        result = run_job(project, "0.5.23", job_plan.items_for(event), RocmOptions(), event=event,
                                   on_log=lambda line: None)
         assert result.outcome == SKIPPED and result.outcomes and set(result.outcomes) == {SKIPPED}
         assert all("/dev/kfd" in r.reason for r in [*result.records, *result.bench_records])
@@ -216,7 +215,7 @@ def test_the_sglpatch_matrix_job_door_prints_and_records_a_skip(tmp_path, capsys
 
     project = _scratch_project(tmp_path)
     record = tmp_path / "job.json"
-    if rocm_tier.KFD.exists():
+    if constants.KFD.exists():
         import pytest
 
         pytest.skip("this machine has /dev/kfd")
@@ -231,7 +230,7 @@ def test_a_server_that_never_came_up_fails_every_check_of_its_group_with_what_it
     report = {"healthy_s": None, "error": "the server exited with 1", "gpu": "AMD Instinct MI355X",
               "mismatch_lines": ["RuntimeError: size mismatch for model.decoder.mlp.shared_experts.gate_up_proj"]}
     record = CellRecord("rocm", "spec", "0.5.14", 5, "2", "ab" * 32, "skipped")
-    rocm_tier.judge_figures(matrix.Cell("rocm", "spec", "0.5.14", 5), dict(report), record)
+    rocm_judge.judge_figures(matrix.Cell("rocm", "spec", "0.5.14", 5), dict(report), record)
     outcomes = _outcomes(record)
     assert outcomes["server healthy"] == FAILED and outcomes["no shape mismatch in the server log"] == FAILED
     assert PASSED not in outcomes.values() and record.gpu == "AMD Instinct MI355X"
@@ -268,13 +267,13 @@ def test_a_start_the_engine_fumbled_is_tried_again_and_a_real_refusal_is_not(mon
 
 # -- the bug-level cells' synthetic checkpoint and what the synthetic servers are judged on -------
 
-PROBES = Path(rocm_tier.CHECKPOINT_SCRIPTS[0]).parent
+PROBES = Path(image.CHECKPOINT_SCRIPTS[0]).parent
 
 
 def _serve_check():
     import importlib.util
 
-    spec = importlib.util.spec_from_file_location("serve_check_under_test", rocm_tier.CHECK_SCRIPTS / "serve_check.py")
+    spec = importlib.util.spec_from_file_location("serve_check_under_test", image.CHECK_SCRIPTS / "serve_check.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -305,8 +304,8 @@ def test_the_rocm_checkpoint_holds_every_tensor_mxfp4_packed_and_the_mtp_shared_
     assert (config["kv_lora_rank"], config["qk_rope_head_dim"], config["qk_nope_head_dim"], config["v_head_dim"]) == (512, 64, 192, 256)
     assert (config["n_routed_experts"], config["num_experts_per_tok"], config["index_head_dim"]) == (256, 8, 128)
     # Per rank at TP2 what GLM-5 has per rank at TP8 (the write-up's single-stream layout).
-    assert config["num_attention_heads"] // rocm_job.SYNTHETIC_TP == 64 // 8
-    assert config["moe_intermediate_size"] // rocm_job.SYNTHETIC_TP == 2048 // 8
+    assert config["num_attention_heads"] // job_plan.SYNTHETIC_TP == 64 // 8
+    assert config["moe_intermediate_size"] // job_plan.SYNTHETIC_TP == 2048 // 8
     # Quark's exclude list: the MTP layer's shared expert and eh_proj by their checkpoint names,
     # nothing of the routed experts or the other layers' shared experts.
     mtp = f"model.layers.{layers}"
@@ -353,10 +352,10 @@ def test_the_synthetic_tp_is_the_one_the_checkpoint_is_sized_for():
     import re
 
     sized = re.search(r"^ROCM_TP = (\d+)$", (PROBES / "glm_checkpoint.py").read_text(), re.MULTILINE)
-    assert int(sized.group(1)) == rocm_job.SYNTHETIC_TP
-    launch = rocm_job.Launches().shipped()
-    assert launch.synthetic and launch.argv[launch.argv.index("--tp-size") + 1] == str(rocm_job.SYNTHETIC_TP)
-    assert rocm_tier.RocmOptions(matrix_model=None).synthetic and not rocm_tier.RocmOptions(matrix_model="/m").synthetic
+    assert int(sized.group(1)) == job_plan.SYNTHETIC_TP
+    launch = job_plan.Launches().shipped()
+    assert launch.synthetic and launch.argv[launch.argv.index("--tp-size") + 1] == str(job_plan.SYNTHETIC_TP)
+    assert RocmOptions(matrix_model=None).synthetic and not RocmOptions(matrix_model="/m").synthetic
 
 
 def test_the_cpu_probes_checkpoint_is_unchanged_at_its_own_size():
@@ -383,8 +382,8 @@ def test_a_failed_compile_of_the_metadata_kernel_fails_load_and_spec_and_a_repea
     for check, depth in (("spec", 5), ("load", None)):
         figures = {**_spec_figures(), **findings, "generate": "x", "flags_asked": {}}
         record = CellRecord("rocm", check, "0.5.14", depth, "2", "ab" * 32, "skipped")
-        rocm_tier.judge_figures(matrix.Cell("rocm", check, "0.5.14", depth), figures, record, synthetic=True)
-        part = next(p for p in record.parts if p.name == rocm_tier.COMPILE_PART)
+        rocm_judge.judge_figures(matrix.Cell("rocm", check, "0.5.14", depth), figures, record, synthetic=True)
+        part = next(p for p in record.parts if p.name == rocm_judge.COMPILE_PART)
         assert part.outcome == FAILED and "3 failed compile(s) (retried: the failure is not cached)" in part.detail
     assert serve_check.log_findings("all fine")["compile_failures"] == 0
 
@@ -392,30 +391,30 @@ def test_a_failed_compile_of_the_metadata_kernel_fails_load_and_spec_and_a_repea
 def test_on_the_synthetic_checkpoint_accept_length_and_greedy_agreement_are_recorded_not_judged():
     figures = _spec_figures(accept_length=1.02, prefix_match=[0.1, 0.3], exact_match=0, compile_failures=0)
     record = CellRecord("rocm", "spec", "0.5.14", 6, "2", "ab" * 32, "skipped")
-    rocm_tier.judge_figures(matrix.Cell("rocm", "spec", "0.5.14", 6), figures, record, synthetic=True)
+    rocm_judge.judge_figures(matrix.Cell("rocm", "spec", "0.5.14", 6), figures, record, synthetic=True)
     assert set(_outcomes(record).values()) == {PASSED}, record.parts
     assert not any(p.name.startswith(("accept length", "greedy outputs")) for p in record.parts)
     assert record.figures["accept_length"] == 1.02 and record.figures["prefix_match_mean"] == 0.2
     assert record.figures["not_judged"] == ["accept_length", "prefix_match"] and record.figures["checkpoint"] == "synthetic"
     # The same figures on the full model fail both.
     full = CellRecord("rocm", "spec", "0.5.14", 6, "2", "ab" * 32, "skipped")
-    rocm_tier.judge_figures(matrix.Cell("rocm", "spec", "0.5.14", 6), dict(figures), full)
+    rocm_judge.judge_figures(matrix.Cell("rocm", "spec", "0.5.14", 6), dict(figures), full)
     assert [p.name for p in full.parts if p.outcome == FAILED] == [
-        "greedy outputs against the non-speculative run", f"accept length at least {rocm_tier.ACCEPT_LENGTH_FLOORS[6]}"]
+        "greedy outputs against the non-speculative run", f"accept length at least {rocm_judge.ACCEPT_LENGTH_FLOORS[6]}"]
 
 
 def test_the_launchs_flags_are_read_back_from_the_server_and_one_it_runs_otherwise_fails_load():
     serve_check = _serve_check()
-    argv = list(rocm_job.Launches().shipped().argv)
+    argv = list(job_plan.Launches().shipped().argv)
     asked = serve_check.flags_asked(argv)
     assert asked == {"kv_cache_dtype": "fp8_e4m3", "enable_aiter_allreduce_fusion": True, "speculative_num_steps": 5,
-                     "tp_size": rocm_job.SYNTHETIC_TP}
+                     "tp_size": job_plan.SYNTHETIC_TP}
     # Flat before 0.5.17, in namespaces after: found either way.
     nested = {"server_args": {"exec": {"comm": {"enable_aiter_allreduce_fusion": True}}, "kv_cache_dtype": "auto"}}
     assert serve_check.find_fields(nested, set(asked)) == {"kv_cache_dtype": "auto", "enable_aiter_allreduce_fusion": True}
 
     def part(resolved, findings=()):
-        return rocm_tier.flags_part({"flags_asked": asked, "flags_resolved": resolved, "flag_findings": list(findings)})
+        return rocm_judge.flags_part({"flags_asked": asked, "flags_resolved": resolved, "flag_findings": list(findings)})
 
     assert part(dict(asked)).outcome == PASSED
     said = part(dict(asked), ["--enable-aiter-allreduce-fusion has no effect: custom all-reduce is disabled"])
@@ -447,7 +446,7 @@ def test_the_pins_own_sglang_builds_the_rocm_checkpoints_draft_wrong_until_patch
     probe, gfx950 emulated): the draft layer's modules, their quant methods and how their tensors
     load. What only the ROCm runner adds is the server around it."""
     from conftest import REAL_PINS, apply_rendition, pristine_subtree, skip_unless_required
-    from sglpatch import pyenv
+    from sglpatch import cpu_envs
     from sglpatch.witnesses import mtp_exclude
 
     pin = REAL_PINS.select([version])[0]
@@ -456,7 +455,7 @@ def test_the_pins_own_sglang_builds_the_rocm_checkpoints_draft_wrong_until_patch
         tree = apply_rendition(tree, "0002-quark-keep-mtp-draft-excluded-modules-unquantized.patch", version)
     try:
         answer = mtp_exclude.resolve_mtp_modules(tree, pin, checkpoint=rocm_checkpoint)
-    except pyenv.EnvUnavailable as exc:
+    except cpu_envs.EnvUnavailable as exc:
         skip_unless_required(f"the pin's CPU Python cannot be built here: {exc}")
     case = answer["cases"]["checkpoint"]
     assert "error" not in case or not case["error"], case

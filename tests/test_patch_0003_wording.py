@@ -11,7 +11,7 @@ import re
 
 import pytest
 
-from conftest import REAL_PINS, REPO_ROOT, read_only_tree, skip_unless_required
+from conftest import REAL_PINS, REPO_ROOT, one_pin_per_rendition, read_only_tree, skip_unless_required
 from sglpatch.series import load_series
 from sglpatch.witnesses import rocm_flags
 
@@ -45,7 +45,7 @@ def test_every_rendition_words_the_inert_fusion_warning_with_each_gate(rendition
 
 
 @pytest.mark.network
-@pytest.mark.parametrize("version", [pin.version for pin in REAL_PINS.pins])
+@pytest.mark.parametrize("version", one_pin_per_rendition(PATCH))
 def test_the_patched_pin_warns_in_0003s_words_naming_each_closed_gate(version, tmp_path):
     pin = REAL_PINS.select([version])[0]
     tree = read_only_tree(version, PATCH)

@@ -1,12 +1,15 @@
-"""upstream/pins.toml: the pins we ship, and the refusals for a malformed pins file."""
+"""upstream/pins.toml: the pins we ship, the refusals for a malformed pins file, and the file
+written with a pin added or removed."""
 
 from __future__ import annotations
+
+import dataclasses
 
 import pytest
 
 from conftest import REPO_ROOT
 from sglpatch.errors import SglpatchError
-from sglpatch.pins import load_pins
+from sglpatch.pins import load_pins, with_pin, without_pin
 
 
 def test_shipped_pins_span_0_5_10_to_the_newest_release_with_sdists_then_wheels():
@@ -96,3 +99,22 @@ def test_unknown_pin_is_refused_with_the_pinned_list(tmp_path):
     with pytest.raises(SglpatchError, match=r"unknown pin 0.9.9; pinned: 0.1.0"):
         pins.select(["0.9.9"])
     assert pins.select(["v0.1.0"])[0].version == "0.1.0"
+
+
+def test_a_pin_written_in_goes_in_version_order_and_out_again_leaving_the_file_as_it_was(tmp_path):
+    text = (REPO_ROOT / "upstream" / "pins.toml").read_text()
+    shipped = load_pins(REPO_ROOT / "upstream" / "pins.toml")
+    new = dataclasses.replace(shipped.pins[1], version="0.5.10.post2", tag="v0.5.10.post2",
+                              artifact="sglang-0.5.10.post2.tar.gz", commit_evidence='a "quoted" word')
+    written = with_pin(text, new, note="the newest file time inside the artifact")
+    assert written.startswith(text[: text.index("[[pin]]")])  # the file's own comments are kept
+    assert '[[pin]]\n# released: the newest file time inside the artifact\nversion = "0.5.10.post2"\n' in written
+    pins = load_pins(_pins_file(tmp_path, written))
+    assert [pin.version for pin in pins.pins][1:4] == ["0.5.10.post1", "0.5.10.post2", "0.5.11"]
+    assert pins.select(["0.5.10.post2"])[0] == new
+    assert without_pin(written, "0.5.10.post2") == text
+    appended = with_pin(text, dataclasses.replace(new, version="9.0", artifact="sglang-9.0.tar.gz"))
+    assert appended.startswith(text.rstrip("\n") + '\n\n[[pin]]\nversion = "9.0"\n')
+    assert load_pins(_pins_file(tmp_path, appended)).newest.version == "9.0"
+    with pytest.raises(SglpatchError, match="9.9 is not pinned"):
+        without_pin(text, "9.9")

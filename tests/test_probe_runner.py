@@ -13,8 +13,9 @@ from pathlib import Path
 import pytest
 
 from conftest import REAL_PINS, skip_unless_required
-from sglpatch import pyenv, witnesses
-from sglpatch.witnesses import CLEAN, UNAVAILABLE, WitnessResult
+from sglpatch import cpu_envs, probe_children, probe_runs
+from sglpatch.witnesses import probing
+from sglpatch.witnesses.results import CLEAN, UNAVAILABLE, WitnessResult
 
 pytestmark = pytest.mark.network  # the pin's CPU Python
 
@@ -35,8 +36,8 @@ def run(spec, context):
 @pytest.fixture
 def python():
     try:
-        return pyenv.cpu_python(REAL_PINS.newest)
-    except pyenv.EnvUnavailable as exc:
+        return probe_runs.cpu_python(REAL_PINS.newest)
+    except cpu_envs.EnvUnavailable as exc:
         skip_unless_required(f"no CPU Python here: {exc}")
 
 
@@ -51,8 +52,8 @@ def _tree(root: Path, broken: bool = False) -> Path:
     return root
 
 
-def _sleepy(name: str, sleep: float, limit_s: float, **spec) -> pyenv.ProbeRequest:
-    return pyenv.ProbeRequest(name, "sleepy_probe", {"sleep": sleep, **spec}, limit_s)
+def _sleepy(name: str, sleep: float, limit_s: float, **spec) -> probe_runs.ProbeRequest:
+    return probe_runs.ProbeRequest(name, "sleepy_probe", {"sleep": sleep, **spec}, limit_s)
 
 
 class SleepyWitness:
@@ -70,15 +71,15 @@ class SleepyWitness:
         return WitnessResult(self.name, CLEAN, detail=f"slept {answer['slept']}")
 
     def run(self, tree, pin):
-        return witnesses.run_probe_witnesses([self], tree, pin)[self.name]
+        return probing.run_probe_witnesses([self], tree, pin)[self.name]
 
 
 def test_a_probe_past_its_limit_is_unavailable_naming_its_phase_and_the_next_probe_still_runs(python, tmp_path, monkeypatch):
-    monkeypatch.setattr(pyenv, "cpu_python", lambda pin: python)
+    monkeypatch.setattr(probe_runs, "cpu_python", lambda pin: python)
     tree = _tree(tmp_path / "tree")
     slow, quick = SleepyWitness("slow", sleep=60, limit_s=2), SleepyWitness("quick", sleep=0, limit_s=30)
     started = time.monotonic()
-    results = witnesses.run_probe_witnesses([slow, quick], tree, REAL_PINS.newest)
+    results = probing.run_probe_witnesses([slow, quick], tree, REAL_PINS.newest)
     assert time.monotonic() - started < 50
     assert results["slow"].state == UNAVAILABLE
     assert "ran past its 2 s limit while in: sleeping in the probe" in results["slow"].detail, results["slow"]
@@ -112,8 +113,8 @@ def test_a_child_forked_from_the_fork_server_answers_as_a_fresh_interpreter(vers
 
     pin = REAL_PINS.select([version])[0]
     try:
-        python = pyenv.cpu_python(pin)
-    except pyenv.EnvUnavailable as exc:
+        python = probe_runs.cpu_python(pin)
+    except cpu_envs.EnvUnavailable as exc:
         skip_unless_required(f"no CPU Python here: {exc}")
     tree = pristine_subtree(version, tmp_path / "tree")
     for patch in ("0002-quark-keep-mtp-draft-excluded-modules-unquantized.patch",
@@ -128,7 +129,7 @@ def test_a_child_forked_from_the_fork_server_answers_as_a_fresh_interpreter(vers
         return [(r.state, r.level, re.sub(r"resolved in \d+s", "", r.detail)) for r in results], run.runner
 
     forked, forked_runner = answers()
-    monkeypatch.setenv(pyenv.FORK_SERVER_ENV, "0")
+    monkeypatch.setenv(probe_children.FORK_SERVER_ENV, "0")
     fresh, fresh_runner = answers()
     assert forked_runner.get("fork_server") and not fresh_runner.get("fork_server")
     assert forked == fresh
@@ -159,7 +160,7 @@ def test_a_remembered_probe_run_is_given_back_for_the_same_content_anywhere_and_
         checkpoint = tmp_path / f"{where}-checkpoint.txt"
         if text is not None:
             checkpoint.write_text(text)
-        request = pyenv.ProbeRequest("counting", "counting_probe", {"checkpoint": str(checkpoint)}, 60,
+        request = probe_runs.ProbeRequest("counting", "counting_probe", {"checkpoint": str(checkpoint)}, 60,
                                      import_env=(("SGLPATCH_TEST_PROBE_RUNS", str(runs)),))
         run = python.run_probes(root, [request], remember=True)
         return run, checkpoint, (runs.read_text().count("ran") if runs.exists() else 0)

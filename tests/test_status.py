@@ -8,7 +8,7 @@ import shutil
 import pytest
 
 from conftest import BASE_FILES, format_patch, git, make_wheel, pin_entry, tree_files
-from sglpatch import cli, suggest
+from sglpatch import cli, suggest, suggest_write
 from sglpatch.errors import SglpatchError
 from sglpatch.lock import read_lock
 from sglpatch.project import apply_series
@@ -97,7 +97,7 @@ def test_status_write_changes_nothing_when_the_staged_apply_fails(upstreamed, ca
         entry.unlink()
     before = git(upstreamed.root, "status", "--porcelain")
     with pytest.raises(SglpatchError, match="does not apply to 0.1.0.*nothing written"):
-        suggest.write_suggestions(upstreamed.project, suggest.read_suggestions(upstreamed.root / "build" / "apply-report.json", upstreamed.project.series()))
+        suggest_write.write_suggestions(upstreamed.project, suggest.read_suggestions(upstreamed.root / "build" / "apply-report.json", upstreamed.project.series()))
     assert git(upstreamed.root, "status", "--porcelain") == before
 
 

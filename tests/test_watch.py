@@ -20,9 +20,10 @@ from pathlib import Path
 import pytest
 
 from conftest import BASE_FILES, REPO_ROOT, TextWitness, format_patch, git, make_wheel, tree_files
-from sglpatch import cache, cli, sources, watch, witnesses
+from sglpatch import cache, cli, sources, watch
 from sglpatch.errors import SglpatchError
 from sglpatch.pins import load_pins
+from sglpatch.witnesses import registry
 
 EXAMPLE = "python/sglang/srt/layers/example.py"
 GIT_ID = ["-c", "user.name=Watch Test", "-c", "user.email=watch@example.com"]
@@ -30,9 +31,9 @@ GIT_ID = ["-c", "user.name=Watch Test", "-c", "user.email=watch@example.com"]
 
 @pytest.fixture(autouse=True)
 def example_witness(monkeypatch, test_witnesses):
-    registry = witnesses.registry
+    known = registry.registry
     witness = TextWitness("example-20", EXAMPLE, "patched")
-    monkeypatch.setattr(witnesses, "registry", lambda: {**registry(), "example-20": witness})
+    monkeypatch.setattr(registry, "registry", lambda: {**known(), "example-20": witness})
 
 
 def _lines(replace=None):

@@ -5,16 +5,15 @@ once patch 0002 is applied; and its decision rule on hand-made probe answers."""
 from __future__ import annotations
 
 import json
-import random
-import struct
 from pathlib import Path
 
 import pytest
 
 from conftest import REAL_PINS as PINS
-from conftest import apply_rendition, pristine_subtree, skip_unless_required, witnessed
-from sglpatch import pyenv
-from sglpatch.witnesses import BUG, CLEAN, UNAVAILABLE, mtp_exclude
+from conftest import apply_rendition, one_pin_per_rendition, pristine_subtree, skip_unless_required, witnessed
+from sglpatch import cpu_envs
+from sglpatch.witnesses import mtp_exclude
+from sglpatch.witnesses.results import BUG, CLEAN, UNAVAILABLE
 from sglpatch.witnesses.probes.quark_checkpoint import quark_config_dict
 
 PATCH = "0002-quark-keep-mtp-draft-excluded-modules-unquantized.patch"
@@ -33,7 +32,7 @@ def _skip_if_env_unavailable(result) -> None:
 
 @pytest.mark.network
 @pytest.mark.parametrize("patched", [False, True], ids=["pristine", "patched"])
-@pytest.mark.parametrize("version", [pin.version for pin in PINS.pins])
+@pytest.mark.parametrize("version", one_pin_per_rendition(PATCH))
 def test_mtp_draft_builds_excluded_shared_expert_mxfp4_until_patched(version, patched, tmp_path):
     # The shipped series' trees, asked as apply asks (one run serves both, by tree and fingerprint).
     result = witnessed(mtp_exclude.MtpQuarkExcludeWitness(), version, patched, tmp_path / "tree")
@@ -77,7 +76,7 @@ def test_resolve_mtp_modules_reports_each_module_of_a_given_checkpoint(patched, 
     tree = _tree(pin.version, tmp_path / "tree", patched)
     try:
         answer = mtp_exclude.resolve_mtp_modules(tree, pin, checkpoint=_glm_checkpoint(tmp_path / "ckpt"))
-    except pyenv.EnvUnavailable as exc:
+    except cpu_envs.EnvUnavailable as exc:
         skip_unless_required(f"the pin's CPU Python cannot be built here: {exc}")
     case = answer["cases"]["checkpoint"]
     modules = case["modules"]

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from conftest import REAL_PINS as PINS
-from conftest import apply_rendition, pristine_subtree, witnessed
-from sglpatch.witnesses import BUG, CLEAN, UNAVAILABLE
-from sglpatch.witnesses import rocm_flags
+from conftest import apply_rendition, one_pin_per_rendition, pristine_subtree, witnessed
+from sglpatch.witnesses import probing, rocm_flags
+from sglpatch.witnesses.results import BUG, CLEAN, UNAVAILABLE
 
 PATCH = "0003-amd-glm5-mi355x-aiter-allreduce-fusion-fp8-kv-default"
 
@@ -26,7 +26,7 @@ def _patched(tree: Path, version: str) -> Path:
 
 
 @pytest.mark.network
-@pytest.mark.parametrize("version", [pin.version for pin in PINS.pins])
+@pytest.mark.parametrize("version", one_pin_per_rendition(PATCH))
 def test_pristine_pin_misses_the_defaults_or_hides_the_inert_fusion(version, tmp_path):
     result = witnessed(rocm_flags.RocmFlagsWitness(), version, False, tmp_path / "tree")
     print(f"{version}: {result}")
@@ -37,7 +37,7 @@ def test_pristine_pin_misses_the_defaults_or_hides_the_inert_fusion(version, tmp
 
 
 @pytest.mark.network
-@pytest.mark.parametrize("version", [pin.version for pin in PINS.pins])
+@pytest.mark.parametrize("version", one_pin_per_rendition(PATCH))
 def test_patched_pin_defaults_fusion_and_fp8_and_names_every_inert_gate(version, tmp_path):
     result = witnessed(rocm_flags.RocmFlagsWitness(), version, True, tmp_path / "tree")
     print(f"{version}: {result}")
@@ -75,7 +75,7 @@ def test_resolve_server_args_reports_depth_normalisation_and_rejected_argv(tmp_p
 def test_profile_argv_edits_drop_and_override_the_profiles_flags():
     profile = rocm_flags.load_profile(rocm_flags.PROFILE)
     edits = ["!--kv-cache-dtype", "!--disable-custom-all-reduce", "--tp-size", "6"]
-    argv = rocm_flags.profile_argv(profile, "/m", edits)
+    argv = probing.profile_argv(profile, "/m", edits)
     assert "--kv-cache-dtype" not in argv and "--disable-custom-all-reduce" not in argv
     assert argv[:2] == ["--model-path", "/m"]
     # argparse keeps the last value, so the scenario's --tp-size wins over the profile's.
@@ -95,14 +95,14 @@ def test_the_judged_resolution_reads_nothing_from_the_stand_ins(version, patched
     calls none, so the judged values are as sglang computes them; the one read besides
     ``from m import name`` is the ``aiter.QuantType`` enum, taken as a constant at the top level
     of fp8_utils when a scenario first imports it."""
-    from sglpatch import pyenv
+    from sglpatch import probe_runs
 
     pin = PINS.select([version])[0]
     tree = _pristine_tree(pin, tmp_path / "tree")
     if patched:
         _patched(tree, version)
     request = rocm_flags.probe_request(rocm_flags.load_profile(rocm_flags.PROFILE), rocm_flags.SCENARIOS, tmp_path)
-    run = pyenv.cpu_python(pin).run_probes(tree, [request])
+    run = probe_runs.cpu_python(pin).run_probes(tree, [request])
     assert run.failure(rocm_flags.PROBE) is None, run.failure(rocm_flags.PROBE)
     answer = run.answers[rocm_flags.PROBE]
     print(f"{version}: {answer['standins']}; feature probes {answer['feature_probes']}; "

@@ -16,8 +16,8 @@ import pytest
 from conftest import skip_unless_required
 from sglpatch import cache
 from sglpatch.errors import Unavailable
-from sglpatch.witnesses import BUG, CLEAN, UNAVAILABLE
-from sglpatch.witnesses import rocm_guard
+from sglpatch.witnesses import guard_kernel, hip_toolchain, rocm_guard
+from sglpatch.witnesses.results import BUG, CLEAN, UNAVAILABLE
 
 GUARDED = """\
 #ifndef USE_ROCM
@@ -60,14 +60,14 @@ struct FusedMetadataCopyMultiKernel {{
 def kernel_tree(root: Path, includes: str = GUARDED, extra: str = "", files: dict[str, str] | None = None):
     """A pin-shaped tree whose metadata-copy header has ``includes`` and ``extra``; its layout."""
     kernels = root / "python" / "sglang" / "jit_kernel"
-    header = kernels / rocm_guard.HEADER
+    header = kernels / guard_kernel.HEADER
     header.parent.mkdir(parents=True)
     (kernels / "include").mkdir()
     header.write_text(KERNEL.format(includes=includes, extra=extra))
     for name, text in (files or {}).items():
         (root / name).parent.mkdir(parents=True, exist_ok=True)
         (root / name).write_text(text)
-    layout = rocm_guard.kernel_layout(root)
+    layout = guard_kernel.kernel_layout(root)
     assert layout is not None and layout.loader == "tvm-ffi"
     return layout
 
@@ -81,8 +81,8 @@ def tvm_include() -> Path:
 
 
 @pytest.fixture
-def toolchain(tmp_path, monkeypatch) -> rocm_guard.HipToolchain:
-    found = rocm_guard.HipToolchain.find()
+def toolchain(tmp_path, monkeypatch) -> hip_toolchain.HipToolchain:
+    found = hip_toolchain.HipToolchain.find()
     if found is None:
         skip_unless_required("the HIP toolchain is not installed (bash ci/install-hip-toolchain.sh)")
     # Each test compiles for itself: an answer remembered by another test would hide what this
@@ -153,7 +153,7 @@ def test_compile_cuda_header_from_outside_the_kernel_sources_is_not_this_bug(too
 
 
 def test_compile_that_hangs_is_unavailable_naming_the_compiler_and_arch(toolchain, tvm_include, tmp_path, monkeypatch):
-    monkeypatch.setattr(rocm_guard, "COMPILE_TIMEOUT_S", 0.05)
+    monkeypatch.setattr(hip_toolchain, "COMPILE_TIMEOUT_S", 0.05)
     result = toolchain.check("rocm-guard", kernel_tree(tmp_path), tvm_include, **ONE)
     assert result.state == UNAVAILABLE, result
     assert "clang++ (hip-compile gfx942, host pass) did not finish within 0.05 s" in result.detail
@@ -162,14 +162,14 @@ def test_compile_that_hangs_is_unavailable_naming_the_compiler_and_arch(toolchai
 def _count_compiles(monkeypatch) -> list[str]:
     """The compiles ``rocm_guard`` runs from now on, by what it calls them (preprocessing aside)."""
     compiled = []
-    real_run = rocm_guard._run
+    real_run = hip_toolchain.run_or_unavailable
 
     def counting(command, what, timeout, **kwargs):
         if "-c" in command:
             compiled.append(what)
         return real_run(command, what, timeout, **kwargs)
 
-    monkeypatch.setattr(rocm_guard, "_run", counting)
+    monkeypatch.setattr(hip_toolchain, "run_or_unavailable", counting)
     return compiled
 
 
@@ -289,7 +289,7 @@ def test_witness_returns_unavailable_when_tvm_ffi_download_hangs(tmp_path, monke
 def fake_install(root: Path, stamp: str, arches: str = "gfx942 gfx950") -> Path:
     """An install root shaped like ci/install-hip-toolchain.sh's, whose clang++ is a stand-in
     script that only lists target CPUs: enough for ``find`` and the fingerprint, never compiled with."""
-    home = root / rocm_guard.TOOLCHAIN_DIR
+    home = root / hip_toolchain.TOOLCHAIN_DIR
     clangxx = home / "root" / "usr" / "lib" / "llvm-22" / "bin" / "clang++"
     clangxx.parent.mkdir(parents=True)
     clangxx.write_text("#!/bin/sh\n" + "".join(f"echo '\t{arch}'\n" for arch in arches.split()))
@@ -306,27 +306,27 @@ def fake_install(root: Path, stamp: str, arches: str = "gfx942 gfx950") -> Path:
 @pytest.fixture
 def fingerprint(monkeypatch):
     monkeypatch.setattr(rocm_guard, "required_tvm_ffi", lambda pin: pin)
-    rocm_guard._supported_cpus.cache_clear()
+    hip_toolchain._supported_cpus.cache_clear()
     yield lambda pin="0.1.11": rocm_guard.RocmGuardWitness().fingerprint(pin)
-    rocm_guard._supported_cpus.cache_clear()
+    hip_toolchain._supported_cpus.cache_clear()
 
 
 def test_fingerprint_changes_when_the_toolchain_is_installed_after_an_include_graph_answer(fingerprint, tmp_path, monkeypatch):
-    monkeypatch.setenv(rocm_guard.TOOLCHAIN_ENV, str(tmp_path / "tc"))
+    monkeypatch.setenv(hip_toolchain.TOOLCHAIN_ENV, str(tmp_path / "tc"))
     before = fingerprint()
     assert fingerprint() == before  # stable
     fake_install(tmp_path / "tc", "aaaa")
-    assert rocm_guard.HipToolchain.find() is not None
+    assert hip_toolchain.HipToolchain.find() is not None
     assert fingerprint() != before
 
 
 def test_fingerprint_follows_the_toolchain_stamp_its_arches_and_the_tvm_ffi_version(fingerprint, tmp_path, monkeypatch):
-    monkeypatch.setenv(rocm_guard.TOOLCHAIN_ENV, str(fake_install(tmp_path / "a", "aaaa")))
+    monkeypatch.setenv(hip_toolchain.TOOLCHAIN_ENV, str(fake_install(tmp_path / "a", "aaaa")))
     first = fingerprint()
     assert fingerprint("0.1.9") != first
-    monkeypatch.setenv(rocm_guard.TOOLCHAIN_ENV, str(fake_install(tmp_path / "b", "bbbb")))
+    monkeypatch.setenv(hip_toolchain.TOOLCHAIN_ENV, str(fake_install(tmp_path / "b", "bbbb")))
     assert fingerprint() != first
-    monkeypatch.setenv(rocm_guard.TOOLCHAIN_ENV, str(fake_install(tmp_path / "c", "aaaa", arches="gfx942")))
+    monkeypatch.setenv(hip_toolchain.TOOLCHAIN_ENV, str(fake_install(tmp_path / "c", "aaaa", arches="gfx942")))
     assert fingerprint() != first
 
 
@@ -340,22 +340,22 @@ def test_fingerprint_follows_the_witness_code(fingerprint, tmp_path, monkeypatch
 
 def test_half_installed_or_moved_toolchain_is_not_found(tmp_path, monkeypatch):
     root = fake_install(tmp_path / "tc", "aaaa")
-    monkeypatch.setenv(rocm_guard.TOOLCHAIN_ENV, str(root))
-    assert rocm_guard.HipToolchain.find() is not None
-    (root / rocm_guard.TOOLCHAIN_DIR / ".stamp").write_text("other\n")  # smoke test never passed
-    assert rocm_guard.HipToolchain.find() is None
-    (root / rocm_guard.TOOLCHAIN_DIR / ".stamp").write_text("aaaa\n")
+    monkeypatch.setenv(hip_toolchain.TOOLCHAIN_ENV, str(root))
+    assert hip_toolchain.HipToolchain.find() is not None
+    (root / hip_toolchain.TOOLCHAIN_DIR / ".stamp").write_text("other\n")  # smoke test never passed
+    assert hip_toolchain.HipToolchain.find() is None
+    (root / hip_toolchain.TOOLCHAIN_DIR / ".stamp").write_text("aaaa\n")
     moved = tmp_path / "moved"
     root.rename(moved)
-    monkeypatch.setenv(rocm_guard.TOOLCHAIN_ENV, str(moved))
-    assert rocm_guard.HipToolchain.find() is None
+    monkeypatch.setenv(hip_toolchain.TOOLCHAIN_ENV, str(moved))
+    assert hip_toolchain.HipToolchain.find() is None
 
 
 
 # -- the box's own ROCm -------------------------------------------------------------------------
 
 
-def standin_rocm(root: Path, toolchain: rocm_guard.HipToolchain, gpus: str) -> Path:
+def standin_rocm(root: Path, toolchain: hip_toolchain.HipToolchain, gpus: str) -> Path:
     """A ROCm installation's layout (``$ROCM_PATH``) standing in for a real one, which cannot
     exist here: ``rocm_agent_enumerator`` lists ``gpus`` (and the CPU agent, gfx000), and
     ``llvm/bin/clang++`` records each call and runs the pinned Debian clang with its sysroot; the
@@ -380,13 +380,13 @@ def test_on_a_box_with_rocm_its_own_clang_compiles_for_the_boxs_gpus_and_is_reco
         toolchain, tvm_include, tmp_path, monkeypatch):
     monkeypatch.setattr(rocm_guard, "required_tvm_ffi", lambda pin: "0.1.11")
     monkeypatch.setattr(rocm_guard, "tvm_ffi_headers", lambda version: tvm_include)
-    monkeypatch.setenv(rocm_guard.ROCM_ENV, str(tmp_path / "absent-rocm"))
-    rocm_guard._box_arches.cache_clear()
+    monkeypatch.setenv(hip_toolchain.ROCM_ENV, str(tmp_path / "absent-rocm"))
+    hip_toolchain._box_arches.cache_clear()
     kernel_tree(tmp_path / "tree")
     witness = rocm_guard.RocmGuardWitness()
     without = witness.fingerprint(None)
     rocm = standin_rocm(tmp_path / "rocm", toolchain, "gfx950 gfx950")  # an 8x MI355X box lists each GPU
-    monkeypatch.setenv(rocm_guard.ROCM_ENV, str(rocm))
+    monkeypatch.setenv(hip_toolchain.ROCM_ENV, str(rocm))
     result = witness.run(tmp_path / "tree", None)
     assert (result.state, result.level) == (CLEAN, "rocm-compile gfx950"), result
     assert "--offload-arch=gfx950" in (rocm / "calls.log").read_text()
@@ -399,6 +399,6 @@ def test_on_a_box_with_rocm_its_own_clang_compiles_for_the_boxs_gpus_and_is_reco
 
 
 def test_a_rocm_that_sees_no_gpu_is_not_the_boxs_compiler(toolchain, tmp_path, monkeypatch):
-    monkeypatch.setenv(rocm_guard.ROCM_ENV, str(standin_rocm(tmp_path / "rocm", toolchain, "")))
-    rocm_guard._box_arches.cache_clear()
-    assert rocm_guard.RocmInstallation.find() is None
+    monkeypatch.setenv(hip_toolchain.ROCM_ENV, str(standin_rocm(tmp_path / "rocm", toolchain, "")))
+    hip_toolchain._box_arches.cache_clear()
+    assert hip_toolchain.RocmInstallation.find() is None

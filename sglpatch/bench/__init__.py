@@ -10,8 +10,9 @@ Read it one file at a time:
 - ``report``     the write-up's table with tok/s/W, and the plot
 - ``compare``    per-figure ratios between two record sets (pristine image against patched)
 - ``accuracy``   the GSM8K and accept-length gate, with sglang's own AMD CI thresholds
-- ``rocm``       the door: the patched image, the container, the records (skips here, saying why)
+- ``on_rocm_node`` the door: the patched image, the container, the records (skips here, saying why)
 
-Inside the image the measuring is done by ``sglpatch/rocm_checks/bench_run.py`` (figures:
-``bench_metrics``, power: ``power``).
+Inside the image the measuring is done by ``sglpatch/rocm/checks/bench_run.py`` (figures:
+``bench_metrics``, power: ``power``); the containers, the image and the profiles each workload
+launches are ``sglpatch.rocm``'s.
 """

@@ -8,8 +8,8 @@ measured 0.955 (200 questions, 5-shot, greedy), which is what the evaluation run
 
 from __future__ import annotations
 
-from sglpatch.matrix.records import FAILED, PASSED, Part
-from sglpatch.matrix.rocm import SGLANG_CI_ACCEPT_LENGTH
+from sglpatch.records import FAILED, PASSED, Part
+from sglpatch.rocm.constants import SGLANG_CI_ACCEPT_LENGTH
 
 GSM8K_FLOOR = 0.935
 ACCEPT_LENGTH_FLOOR = SGLANG_CI_ACCEPT_LENGTH

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from sglpatch.bench import scan
 from sglpatch.bench.records import BenchRecord, judge, measured_run
-from sglpatch.rocm_checks import bench_metrics
+from sglpatch.rocm.checks import bench_metrics
 
 
 def collect(template: BenchRecord, variant: str, measured: dict, *, ttft_p95_s: float = bench_metrics.KNEE_TTFT_P95_S) -> BenchRecord:

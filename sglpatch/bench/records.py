@@ -22,8 +22,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from sglpatch.cache import write_atomically
-from sglpatch.matrix.records import FAILED, PASSED, SKIPPED, Part, combine, json_objects
-from sglpatch.rocm_checks import bench_metrics
+from sglpatch.records import FAILED, PASSED, SKIPPED, Part, combine, json_objects
+from sglpatch.rocm.checks import bench_metrics
 
 
 @dataclass

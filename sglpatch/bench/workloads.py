@@ -16,7 +16,7 @@ with the same prompts.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from sglpatch.bench.client import BenchClient
 

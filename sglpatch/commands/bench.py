@@ -36,16 +36,16 @@ def register(sub) -> None:
 
 
 def run_bench(project, args) -> int:
-    from sglpatch.bench import rocm as bench_rocm
+    from sglpatch import records as results
+    from sglpatch.bench import on_rocm_node
     from sglpatch.cache import write_atomically
-    from sglpatch.matrix import records as results
 
-    records = bench_rocm.run_bench(project, args.pin.removeprefix("v"), args.workload, options_from(args), pristine=args.pristine)
+    records = on_rocm_node.run_bench(project, args.pin.removeprefix("v"), args.workload, options_from(args), pristine=args.pristine)
     for record in records:
         say(args, f"bench {record.workload} on sglang {record.pin} ({record.variant}): {record.outcome}")
         for part in record.parts:
             say(args, f"  {part.outcome:<8} {part.name}: {part.detail}")
-    say(args, f"  records: {bench_rocm.bench_dir(project) / 'records'}  table: {bench_rocm.bench_dir(project) / 'bench.md'}")
+    say(args, f"  records: {on_rocm_node.bench_dir(project) / 'records'}  table: {on_rocm_node.bench_dir(project) / 'bench.md'}")
     failed = any(r.outcome == results.FAILED for r in records)
     if args.record:
         outcome = "skipped" if all(r.outcome == results.SKIPPED for r in records) else ("failed" if failed else "passed")
@@ -55,10 +55,10 @@ def run_bench(project, args) -> int:
 
 
 def run_accuracy(project, args) -> int:
-    from sglpatch.bench import rocm as bench_rocm
-    from sglpatch.matrix import records as results
+    from sglpatch import records as results
+    from sglpatch.bench import on_rocm_node
 
-    record = bench_rocm.run_accuracy(project, args.pin.removeprefix("v"), options_from(args))
+    record = on_rocm_node.run_accuracy(project, args.pin.removeprefix("v"), options_from(args))
     say(args, f"accuracy on sglang {record.pin}: {record.outcome}")
     for part in record.parts:
         say(args, f"  {part.outcome:<8} {part.name}: {part.detail}")
@@ -67,9 +67,9 @@ def run_accuracy(project, args) -> int:
 
 
 def run_tune_moe(project, args) -> int:
-    from sglpatch.bench import rocm as bench_rocm
+    from sglpatch.bench import on_rocm_node
 
-    written = bench_rocm.run_tune_moe(project, args.pin.removeprefix("v"), options_from(args))
+    written = on_rocm_node.run_tune_moe(project, args.pin.removeprefix("v"), options_from(args))
     say(args, f"tuned MoE config written to {written}; review and commit it (the profile names it)")
     return exitcodes.OK
 

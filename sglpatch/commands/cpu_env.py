@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from sglpatch import exitcodes, pyenv
+from sglpatch import exitcodes, probe_runs
 from sglpatch.cli_options import add, jobs_flag, say
 from sglpatch.commands import apply, rebase, upstream, witness
 
@@ -37,7 +37,7 @@ def run(project, args) -> int:
             return exitcodes.OK
         versions = needs["pins"]
     pins = project.pins().select(versions)
-    for pin, python in zip(pins, pyenv.cpu_pythons(pins, args.jobs)):
+    for pin, python in zip(pins, probe_runs.cpu_pythons(pins, args.jobs)):
         overlay = " ".join(f"{name}{spec}" for name, spec in python.overlay.items()) or "(the base alone)"
         say(args, f"{pin.version}: {python.python}  {overlay}")
     return exitcodes.OK

@@ -20,16 +20,16 @@ def register(sub) -> None:
 
 
 def run(project, args) -> int:
-    from sglpatch.matrix import containers
-    from sglpatch.matrix import rocm as rocm_tier
+    from sglpatch.rocm import containers, image
+    from sglpatch.rocm.options import RocmOptions
 
     version = pin_version(project, args.pin)
     client = containers.connect(args.docker_url)
-    options = rocm_tier.RocmOptions(base_image=args.image, docker_url=args.docker_url, gpu=False)
+    options = RocmOptions(base_image=args.image, docker_url=args.docker_url, gpu=False)
     spec, proof = _witnessed_spec(project, version, options) if args.witness else _locked_spec(project, version, options)
     with progress.step(f"image for sglang {version}") as shown:
         shown.update(f"# building {spec.tag} FROM {spec.base_image}")
-        image_id = containers.build_image(client, spec, shown.update)
+        image_id = image.build_image(client, spec, shown.update)
     say(args, f"{spec.tag}  {image_id}")
     for key, value in sorted(spec.labels.items()):
         say(args, f"  {key}={value}")
@@ -41,18 +41,18 @@ def run(project, args) -> int:
 def _locked_spec(project, version: str, options):
     """The series as series.lock pins it (``into.locked_series``): no witness runs."""
     from sglpatch.into import locked_series
-    from sglpatch.matrix import rocm as rocm_tier
+    from sglpatch.rocm.image import image_spec
 
     pin = project.pins().select([version])[0]
     series = project.series()
     with locked_series(project, pin) as locked:
         patches = [(name, rendition.path) for name, rendition in locked.renditions]
-        return rocm_tier.image_spec(pin, series.version, series.digest(), patches, options), f"as locked ({locked.proof})"
+        return image_spec(pin, series.version, series.digest(), patches, options), f"as locked ({locked.proof})"
 
 
 def _witnessed_spec(project, version: str, options):
-    from sglpatch.matrix import rocm as rocm_tier
-    from sglpatch.matrix.pin import prepare_pin
+    from sglpatch.pin_under_test import prepare_pin
+    from sglpatch.rocm.image import patched_image
 
     put = prepare_pin(project, version)
-    return rocm_tier.patched_image(put, options), "witnessed here"
+    return patched_image(put, options), "witnessed here"

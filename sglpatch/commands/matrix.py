@@ -54,15 +54,15 @@ def register(sub) -> None:
 
 def run_cell(project, args) -> int:
     from sglpatch import matrix
-    from sglpatch.matrix import records as results
+    from sglpatch import records as results
 
     cell = matrix.Cell(args.tier, args.check, args.pin.removeprefix("v"), args.depth)
     if args.tier == "cpu":
         record = matrix.run_cpu_cell(project, cell, use_cache=not args.no_cache)
     else:
-        from sglpatch.matrix import rocm as rocm_tier
+        from sglpatch.rocm.job import run_rocm_cell
 
-        record = rocm_tier.run_rocm_cell(project, cell, options_from(args))
+        record = run_rocm_cell(project, cell, options_from(args))
     cached = " (cached)" if record.cached else ""
     say(args, f"{cell.label}: {record.outcome}{cached} in {record.seconds:.1f} s")
     for part in record.parts:
@@ -82,7 +82,7 @@ def run_cell(project, args) -> int:
 
 
 def run_all(project, args) -> int:
-    from sglpatch.matrix import records as results
+    from sglpatch import records as results
     from sglpatch.matrix.cpu import run_cpu_tier
 
     records = run_cpu_tier(project, args.pins, use_cache=not args.no_cache, jobs=args.jobs)
@@ -112,11 +112,12 @@ def run_cells(project, args) -> int:
 
 
 def run_report(project, args) -> int:
+    from sglpatch import records as results
     from sglpatch.cache import write_atomically
-    from sglpatch.matrix import records as results
+    from sglpatch.matrix.table import render_markdown
 
     folder = args.records or project.build_dir / "matrix" / "records"
-    table = results.render_markdown(results.read_records(folder))
+    table = render_markdown(results.read_records(folder))
     destination = args.out or project.build_dir / "matrix" / "matrix.md"
     write_atomically(destination, table)
     say(args, table)
@@ -127,12 +128,13 @@ def run_report(project, args) -> int:
 def run_job(project, args) -> int:
     import json
 
+    from sglpatch import records as results
     from sglpatch.cache import write_atomically
-    from sglpatch.matrix import records as results
-    from sglpatch.matrix import rocm_job
+    from sglpatch.matrix.job_plan import items_for
+    from sglpatch.rocm.job import run_job
 
     version = pin_version(project, args.pin)
-    result = rocm_job.run_job(project, version, rocm_job.items_for(args.event), options_from(args), event=args.event)
+    result = run_job(project, version, items_for(args.event), options_from(args), event=args.event)
     say(args, f"{result.job}: {result.outcome}; {len(result.servers)} server start(s)" + (f" ({result.reason})" if result.reason else ""))
     for server in result.servers:
         say(args, f"  server {server['launch']}: {', '.join(server['steps'])}")

@@ -27,14 +27,14 @@ def run_start(project, args) -> int:
 
 
 def run_refresh(project, args) -> int:
-    from sglpatch import forward
+    from sglpatch.rebase import hand_port
 
-    prepared = project.build_dir / "port" / args.pin.removeprefix("v") / ".git" / forward.PORT_NOTE
+    prepared = project.build_dir / "port" / args.pin.removeprefix("v") / ".git" / hand_port.HAND_PORT_NOTE
     if prepared.is_file() and args.pin.removeprefix("v") not in [pin.version for pin in project.pins().pins]:
         # A tree `sglpatch rebase` left for a hand port of a release that is not pinned yet.
         version = args.pin.removeprefix("v")
-        written = forward.refresh_port(project, version)
-        say(args, f"rendition      {written.relative_to(project.root)}  (from {prepared.parent.parent.relative_to(project.root)})")
+        for written in hand_port.refresh_hand_port(project, version):
+            say(args, f"rendition      {written.relative_to(project.root)}  (from {prepared.parent.parent.relative_to(project.root)})")
         say(args, f"next: sglpatch check, then sglpatch rebase {version}, and commit what it writes")
         return exitcodes.OK
     version = pin_version(project, args.pin)

@@ -1,20 +1,21 @@
-"""``sglpatch rebase``: the series forward-ported to a release that is not pinned."""
+"""``sglpatch rebase``: the series rebased onto a release that is not pinned."""
 
 from __future__ import annotations
 
-from sglpatch import exitcodes, forward
+from sglpatch import exitcodes
 from sglpatch.cli_options import add, emit_json, json_flag, say
+from sglpatch.rebase import rebase_onto
 
 
 def register(sub) -> None:
-    parser = add(sub, "rebase", run, "forward-port the series to a new sglang release")
+    parser = add(sub, "rebase", run, "rebase the series onto a new sglang release")
     parser.add_argument("version", help="the new sglang version, e.g. 0.5.24")
     parser.add_argument("--dry-run", action="store_true", help="classify only; write nothing")
     json_flag(parser)
 
 
 def run(project, args) -> int:
-    report = forward.forward_port(project, args.version.removeprefix("v"), write=not args.dry_run)
+    report = rebase_onto(project, args.version.removeprefix("v"), write=not args.dry_run)
     say(args, report.text())
     if report.written:
         say(args, "written: " + ", ".join(report.files) + "; review and commit them")

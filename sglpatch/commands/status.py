@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from sglpatch import exitcodes, suggest
+from sglpatch import exitcodes, suggest, suggest_write
 from sglpatch.cli_options import add, say
 
 
@@ -28,7 +28,7 @@ def run(project, args) -> int:
     if not suggestions:
         say(args, f"no Upstream-Status suggestions in {report}")
     elif args.write:
-        for path in suggest.write_suggestions(project, suggestions):
+        for path in suggest_write.write_suggestions(project, suggestions):
             say(args, f"written: {path.relative_to(project.root)}")
         say(args, "lock re-recorded; review the change with `git diff` and commit it")
     return exitcodes.OK

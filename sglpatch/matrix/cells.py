@@ -2,17 +2,15 @@
 
 A cell is (tier, check, pin[, depth]). The checks are defined once (``CHECKS``); a tier only
 decides where they run: ``cpu`` (``sglpatch.matrix.cpu``) on this machine, ``rocm``
-(``sglpatch.matrix.rocm``) in a patched ROCm image on AMD GPUs.
+(``sglpatch.matrix.rocm_judge``, run by ``sglpatch.rocm.job``) in a patched ROCm image on AMD GPUs.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 
 from sglpatch.errors import SglpatchError
 from sglpatch.profile import Profile
-from sglpatch.project import Project
 
 TIERS = ("cpu", "rocm")
 DEPTHS = tuple(range(1, 7))
@@ -86,7 +84,3 @@ def depth_argv(profile: Profile, depth: int, model: str | None = None) -> list[s
     """The ``sglang.launch_server`` arguments of the profile at EAGLE depth d (d steps, top-k 1,
     d + 1 draft tokens)."""
     return profile.with_depth(depth).server_args(model)
-
-
-def matrix_dir(project: Project) -> Path:
-    return project.build_dir / "matrix"

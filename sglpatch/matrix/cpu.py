@@ -13,36 +13,15 @@ import json
 import time
 from pathlib import Path
 
-from sglpatch import cache, progress, pyenv
+from sglpatch import cache, cpu_envs, progress, workers
 from sglpatch.errors import SglpatchError
-from sglpatch.matrix.cells import DEPTHS, PROFILE, Cell, matrix_dir, validate_cell
-from sglpatch.matrix.cpu_checks import build_cell, load_cell, spec_cells
-from sglpatch.matrix.pin import PinUnderTest, prepare_pin, remove_checkouts
-from sglpatch.matrix.records import FAILED, PASSED, SKIPPED, CellRecord, Part, cell_id, combine, write_record
+from sglpatch.matrix.cells import DEPTHS, PROFILE, Cell, cells, validate_cell
+from sglpatch.matrix.cpu_checks import build_cell, code_digest, load_cell, spec_cells
+from sglpatch.pin_under_test import PinUnderTest, prepare_pin, remove_checkouts
 from sglpatch.profile import load_profile
 from sglpatch.project import Project
+from sglpatch.records import FAILED, PASSED, SKIPPED, CellRecord, Part, cell_id, combine, matrix_dir, write_record
 from sglpatch.witnesses.rocm_guard import RocmGuardWitness
-
-# Bump when what a CPU cell checks changes in a way the hashed sources below do not show.
-CPU_TIER_VERSION = "1"
-_CHECKING_CODE = ("cells.py", "pin.py", "kernels.py", "cpu.py", "cpu_checks.py")
-
-
-def code_digest() -> str:
-    """What checks a CPU cell: the matrix modules that run it, the child-side probes and the
-    witnesses. A change re-runs the cells."""
-    digest = hashlib.sha256(CPU_TIER_VERSION.encode())
-    here = Path(__file__).parent
-    paths = [here / name for name in _CHECKING_CODE]
-    if pyenv.PROBES.is_dir():
-        paths += sorted(pyenv.PROBES.rglob("*.py"))
-    for name in ("mtp_exclude.py", "rocm_flags.py", "rocm_guard.py"):
-        paths.append(here.parent / "witnesses" / name)
-    for path in paths:
-        if path.is_file():
-            digest.update(path.name.encode() + b"\0" + path.read_bytes())
-    return digest.hexdigest()[:16]
-
 
 CELLS = cache.Memo("matrix-cpu")
 
@@ -52,10 +31,10 @@ def _cell_key(put: PinUnderTest, cell: Cell) -> str | None:
     the launch profile's content, the CPU environment with its installed versions, and what the
     compile witness runs with (the toolchain's stamp and level, the tvm-ffi headers). None before
     the pin's CPU environment is built: nothing can be looked up or kept for it yet."""
-    if not pyenv.env_built(put.pin):
+    if not cpu_envs.env_built(put.pin):
         return None
     key = "\0".join([cell.check, cell.pin, str(cell.depth), put.patched_tree, put.pristine_tree, code_digest(),
-                     load_profile(PROFILE).content_digest(), pyenv.env_fingerprint(put.pin),
+                     load_profile(PROFILE).content_digest(), cpu_envs.env_fingerprint(put.pin),
                      RocmGuardWitness().fingerprint(put.pin)])
     return f"{cell.check}-{cell.pin}-{cell.depth or 0}-{hashlib.sha256(key.encode()).hexdigest()[:32]}"
 
@@ -144,8 +123,6 @@ def run_cpu_tier(project: Project, pins: list[str] | None = None, *, use_cache: 
     """Every CPU cell of the pins (all by default) in this process, or in ``jobs`` worker
     processes that each take whole pins: the fork servers of the CPU Python, the prepared pins
     and the per-pin probe run are shared by a pin's cells, instead of one process per cell."""
-    from sglpatch import workers
-
     selected = project.pins().select(pins)
     versions = [pin.version for pin in selected]
     if jobs <= 1 or len(versions) <= 1:
@@ -154,7 +131,7 @@ def run_cpu_tier(project: Project, pins: list[str] | None = None, *, use_cache: 
     # process alone (a worker writing under it would garble it), so it counts the pins.
     worker_mode = "lines" if progress.mode() == "lines" else "quiet"
     with progress.step(f"CPU tier: {len(versions)} pins on {jobs} workers", total=len(versions)) as shown:
-        groups = {pin.version: pyenv.env_group(pin) for pin in selected}
+        groups = {pin.version: cpu_envs.env_group(pin) for pin in selected}
         done = []
 
         def count(version: str, records: list[CellRecord]) -> None:
@@ -168,7 +145,5 @@ def run_cpu_tier(project: Project, pins: list[str] | None = None, *, use_cache: 
 
 
 def _pin_cells(root: Path, version: str, use_cache: bool) -> list[CellRecord]:
-    from sglpatch.matrix.cells import cells
-
     project = Project(root)
     return [run_cpu_cell(project, cell, use_cache=use_cache) for cell in cells([version], ("cpu",))]

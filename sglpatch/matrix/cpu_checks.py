@@ -12,23 +12,46 @@ import json
 import tempfile
 from pathlib import Path
 
-from sglpatch import cache, pyenv, witnesses
+from sglpatch import cache, cpu_envs, probe_children, probe_runs
 from sglpatch.errors import SglpatchError, Unavailable
 from sglpatch.gitcmd import git_out
 from sglpatch.matrix.cells import DEPTHS, PROFILE, depth_argv, depth_flags
 from sglpatch.matrix.kernels import kernel_parts, kernel_sources, multi_step_kernel_threshold, witness_part
-from sglpatch.matrix.pin import PinUnderTest, checkout
-from sglpatch.matrix.records import FAILED, PASSED, SKIPPED, CellRecord, Part
+from sglpatch.pin_under_test import PinUnderTest, checkout
 from sglpatch.pins import Pin
 from sglpatch.profile import Profile, load_profile
-from sglpatch.witnesses import CLEAN, mtp_exclude, rocm_flags
+from sglpatch.records import FAILED, PASSED, SKIPPED, CellRecord, Part
+from sglpatch.witnesses import answer_cache, mtp_exclude, rocm_flags
+from sglpatch.witnesses.results import CLEAN
+
+
+# Bump when what a CPU cell checks changes in a way the hashed sources below do not show.
+CPU_TIER_VERSION = "1"
+# The checking code, from the package root.
+_CHECKING_CODE = ("matrix/cells.py", "pin_under_test.py", "matrix/kernels.py", "matrix/cpu.py", "matrix/cpu_checks.py")
+
+
+def code_digest() -> str:
+    """What checks a CPU cell: the matrix modules that run it, the child-side probes and the
+    witnesses. A change re-runs the cells."""
+    digest = hashlib.sha256(CPU_TIER_VERSION.encode())
+    here = Path(__file__).parent
+    paths = [here.parent / name for name in _CHECKING_CODE]
+    if probe_children.PROBES.is_dir():
+        paths += sorted(probe_children.PROBES.rglob("*.py"))
+    for name in ("mtp_exclude.py", "rocm_flags.py", "probing.py", "rocm_guard.py", "guard_kernel.py", "hip_toolchain.py"):
+        paths.append(here.parent / "witnesses" / name)
+    for path in paths:
+        if path.is_file():
+            digest.update(path.name.encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()[:16]
 
 
 def cpu_python(pin: Pin):
     """The CPU Python of the pin (shared torch venv + the pin's own pinned dependencies)."""
     try:
-        return pyenv.cpu_python(pin)
-    except pyenv.EnvUnavailable as exc:
+        return probe_runs.cpu_python(pin)
+    except cpu_envs.EnvUnavailable as exc:
         raise Unavailable(f"no CPU Python for {pin.version}: {exc}") from None
 
 
@@ -49,7 +72,7 @@ def pin_probes(put: PinUnderTest, commit: str | None = None) -> dict:
     tree_hash = put.patched_tree if commit == put.patched_commit else git_out(["rev-parse", f"{commit}^{{tree}}"], put.tree_path)
     key = _probes_key(put, tree_hash)
     with PIN_PROBES.lock(key):
-        found = PIN_PROBES.get(key) if pyenv.env_built(put.pin) else None
+        found = PIN_PROBES.get(key) if cpu_envs.env_built(put.pin) else None
         if found is not None:
             return found
         python = cpu_python(put.pin)  # Unavailable when the CPU Python cannot be had here
@@ -57,10 +80,10 @@ def pin_probes(put: PinUnderTest, commit: str | None = None) -> dict:
         with tempfile.TemporaryDirectory(prefix="sglpatch-matrix-probes-") as work:
             folder = Path(work) / "glm5-synthetic"
             requests = [
-                pyenv.ProbeRequest(GLM_CHECKPOINT, "glm_checkpoint", {"folder": str(folder)}, 120),
+                probe_runs.ProbeRequest(GLM_CHECKPOINT, "glm_checkpoint", {"folder": str(folder)}, 120),
                 mtp_exclude.probe_request(put.pin, {"checkpoint": folder}),
                 rocm_flags.probe_request(profile, spec_scenarios(profile), Path(work)),
-                pyenv.ProbeRequest(IMPORT_SMOKE, "import_smoke", {"modules": import_smoke_modules(put)}, 300),
+                probe_runs.ProbeRequest(IMPORT_SMOKE, "import_smoke", {"modules": import_smoke_modules(put)}, 300),
             ]
             environment = requests[1].environment()
             requests = [dataclasses.replace(r, import_env=environment[0], arch=environment[1]) for r in requests]
@@ -81,9 +104,7 @@ PIN_PROBES = cache.Memo("matrix-cpu-probes")
 
 
 def _probes_key(put: PinUnderTest, tree_hash: str) -> str:
-    from sglpatch.matrix.cpu import code_digest
-
-    key = hashlib.sha256(f"{put.pin.version}\0{tree_hash}\0{code_digest()}\0{pyenv.env_fingerprint(put.pin)}\0"
+    key = hashlib.sha256(f"{put.pin.version}\0{tree_hash}\0{code_digest()}\0{cpu_envs.env_fingerprint(put.pin)}\0"
                          f"{load_profile(PROFILE).content_digest()}".encode())
     return f"{put.pin.version}-{key.hexdigest()[:24]}"
 
@@ -156,7 +177,7 @@ def load_cell(put: PinUnderTest, record: CellRecord) -> list[str]:
     """The MTP load witness on the patched tree, then a synthetic checkpoint of the pin's GlmMoeDsa
     shape through the pin's config and quantization resolution for every MTP module."""
     witness = mtp_exclude.MtpQuarkExcludeWitness()
-    result = witnesses.run_cached(witness, put.patched_tree, put.pin, lambda: checkout(put, put.patched_commit))
+    result = answer_cache.run_cached(witness, put.patched_tree, put.pin, lambda: checkout(put, put.patched_commit))
     record.parts.append(witness_part(f"MTP load witness ({witness.name}) on the patched pin", result, expect=CLEAN))
     part, log = synthetic_checkpoint_part(put)
     record.parts.append(part)

@@ -5,15 +5,15 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from sglpatch import witnesses
 from sglpatch.errors import SglpatchError
-from sglpatch.matrix.pin import PinUnderTest, checkout
-from sglpatch.matrix.records import FAILED, PASSED, SKIPPED, Part
-from sglpatch.witnesses import BUG, CLEAN, UNAVAILABLE, rocm_guard
+from sglpatch.pin_under_test import PinUnderTest, checkout
+from sglpatch.records import FAILED, PASSED, SKIPPED, Part
+from sglpatch.witnesses import answer_cache, guard_kernel, rocm_guard
+from sglpatch.witnesses.results import BUG, CLEAN, UNAVAILABLE
 
 # The HIP compile witness of each JIT kernel source, by file name. A kernel the series touches
 # without an entry here fails the build cell: every touched kernel must be compiled for ROCm.
-COMPILE_WITNESSES = {Path(rocm_guard.HEADER).name: rocm_guard.RocmGuardWitness}
+COMPILE_WITNESSES = {Path(guard_kernel.HEADER).name: rocm_guard.RocmGuardWitness}
 
 
 def compile_witness(tree_hash: str, commit: str, put: PinUnderTest, kernel: str):
@@ -23,7 +23,7 @@ def compile_witness(tree_hash: str, commit: str, put: PinUnderTest, kernel: str)
     if witness_class is None:
         return None
     witness = witness_class()
-    return witnesses.run_cached(witness, tree_hash, put.pin, lambda: checkout(put, commit))
+    return answer_cache.run_cached(witness, tree_hash, put.pin, lambda: checkout(put, commit))
 
 
 def kernel_parts(put: PinUnderTest, kernels: list[str], *, pristine_too: bool) -> list[Part]:

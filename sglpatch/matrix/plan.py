@@ -1,7 +1,7 @@
 """The ROCm CI plan: which jobs run for an event, what each runs, and the node-hours it costs.
 
 One job per pin on one runner (a whole 8-GPU node), run by ``sglpatch matrix job PIN --event E``
-(``sglpatch.matrix.rocm_job``): the patched image is built once, each server is started once per
+(``sglpatch.rocm.job``): the patched image is built once, each server is started once per
 distinct launch configuration and shared by the checks that launch the same one. The matrix cells
 serve the synthetic checkpoint the job writes (four TP2 servers on the node at once, in lanes);
 the full model serves the gate and the bench, one server at a time. Events:
@@ -20,7 +20,7 @@ from the stated defaults below, and each estimate names which of its figures wer
 which are defaults. A bench workload is estimated per launch variant (single stream: as shipped
 and custom-all-reduce, each its own record and server), so two variants' records are never
 averaged into one. The estimate counts exactly the server starts the job makes and the order it
-makes them in: ``rocm_job.job_groups`` and ``rocm_job.phases`` decide both for the runner and the
+makes them in: ``job_plan.job_groups`` and ``job_plan.phases`` decide both for the runner and the
 estimate (load and the depth-5 spec cell launch the profile as shipped and share one; lanes run at
 once, so a phase of lanes costs its longest lane, spec checks waiting for the baselines).
 """
@@ -34,9 +34,11 @@ from pathlib import Path
 
 from packaging.version import Version
 
-from sglpatch.matrix import rocm_job
+from sglpatch.matrix import job_plan
 from sglpatch.processes import user_git_env
+from sglpatch.profile import load_profile
 from sglpatch.project import Project
+from sglpatch.rocm.profiles import PROFILES, variants
 
 EVENTS = ("pr", "nightly", "weekly")
 DEFAULT_RUNNER = ["self-hosted", "linux-mi35x-gpu-8"]
@@ -80,7 +82,7 @@ class Job:
     # Per figure the estimate used (an image build, a server start, a check, a bench variant):
     # "recorded" (the mean of ROCm records) or "default" (DEFAULT_SECONDS, stated, not measured).
     figures: dict[str, str] = field(default_factory=dict)
-    groups: list[rocm_job.Group] = field(default_factory=list, repr=False)
+    groups: list[job_plan.Group] = field(default_factory=list, repr=False)
 
     @property
     def node_hours(self) -> float:
@@ -106,8 +108,8 @@ class Job:
 
 def sessions_for(event: str, pin: str) -> tuple[list[str], list[str]]:
     """(the nox sessions of one pin's job, one line per server start the job makes)."""
-    items = rocm_job.items_for(event)
-    return [item.session(pin) for item in items], rocm_job.server_lines(rocm_job.job_groups(items), pin)
+    items = job_plan.items_for(event)
+    return [item.session(pin) for item in items], job_plan.server_lines(job_plan.job_groups(items), pin)
 
 
 def describe_sources(figures: dict[str, str]) -> str:
@@ -160,28 +162,24 @@ def recorded_seconds(records_dir: Path | None) -> dict[str, float]:
     return {key: sum(values) / len(values) for key, values in totals.items()}
 
 
-def _step_keys(step: rocm_job.Step) -> list[tuple[str, str]]:
+def _step_keys(step: job_plan.Step) -> list[tuple[str, str]]:
     """(the key of a recorded duration, the key of its default) for each part of a step's time."""
-    if step.kind in rocm_job.BASELINES:
+    if step.kind in job_plan.BASELINES:
         return [("baseline", "baseline")]
     if step.kind == "bench":
-        from sglpatch.bench import rocm as bench_rocm
-        from sglpatch.profile import load_profile
-
         workload = step.item.workload
-        variants = bench_rocm.variants(load_profile(bench_rocm.PROFILES[workload]))
-        return [(bench_key(workload, variant), f"bench-{workload}") for variant in variants]
+        return [(bench_key(workload, variant), f"bench-{workload}") for variant in variants(load_profile(PROFILES[workload]))]
     return [(step.kind, step.kind)]
 
 
 def estimate(event: str, pin: str, recorded: dict[str, float]) -> Job:
     """The job's estimated seconds: the image once, the synthetic checkpoint once where a group
-    serves it, then phase by phase as ``rocm_job.phases`` runs them: a lane is its servers'
+    serves it, then phase by phase as ``job_plan.phases`` runs them: a lane is its servers'
     starts and its steps' own times in turn (a bench step: each of its variants'; a spec step not
     before the baselines are done), a phase its longest lane. A cell record's seconds are its
     check's alone, without its server's start."""
-    items = rocm_job.items_for(event)
-    groups = rocm_job.job_groups(items)
+    items = job_plan.items_for(event)
+    groups = job_plan.job_groups(items)
     figures: dict[str, str] = {}
 
     def seconds(key: str, default: str | None = None) -> float:
@@ -192,9 +190,9 @@ def estimate(event: str, pin: str, recorded: dict[str, float]) -> Job:
         return DEFAULT_SECONDS[default or key]
 
     total = seconds("image")
-    if rocm_job.needs_checkpoint(groups):
+    if job_plan.needs_checkpoint(groups):
         total += seconds("checkpoint")
-    for phase in rocm_job.phases(groups):
+    for phase in job_plan.phases(groups):
         baselines_done, lane_ends = 0.0, []
         for lane in phase:  # lane 0 first: it carries the baselines' group first
             at = 0.0
@@ -205,11 +203,11 @@ def estimate(event: str, pin: str, recorded: dict[str, float]) -> Job:
                     if step.kind == "spec":
                         at = max(at, baselines_done)
                     at += sum(seconds(key, default) for key, default in _step_keys(step))
-                    if step.kind in rocm_job.BASELINES:
+                    if step.kind in job_plan.BASELINES:
                         baselines_done = at
             lane_ends.append(at)
         total += max(lane_ends)
-    return Job(pin, event, [item.session(pin) for item in items], rocm_job.server_lines(groups, pin), total, figures, groups)
+    return Job(pin, event, [item.session(pin) for item in items], job_plan.server_lines(groups, pin), total, figures, groups)
 
 
 def changed_pins(project: Project, changed_files: list[str]) -> list[str]:
@@ -266,15 +264,15 @@ def render(jobs: list[Job], event: str) -> str:
     for job in jobs:
         lines.append(f"- {job.id}: estimated {job.node_hours:.2f} node-hours; {len(job.launches)} server start(s)")
         lines.append(f"    {job.door}")
-        if rocm_job.needs_checkpoint(job.groups):
+        if job_plan.needs_checkpoint(job.groups):
             lines.append("    the synthetic checkpoint written once in the image (glm_checkpoint.py --size rocm), "
                          "mounted into every server marked so")
         number = 0
-        for phase in rocm_job.phases(job.groups):
+        for phase in job_plan.phases(job.groups):
             for lane, groups in enumerate(phase):
                 at = ""
                 if len(phase) > 1:
-                    gpus, port = rocm_job.lane_resources(lane)
+                    gpus, port = job_plan.lane_resources(lane)
                     at = f" [lane {lane}, at once with the other lanes: GPUs {gpus}, port {port}]"
                 for group in groups:
                     number += 1

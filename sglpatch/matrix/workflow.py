@@ -2,7 +2,7 @@
 
 The ROCm jobs are not listed in the file: its plan job runs ``ci/matrix_cells.py`` (the plan of
 ``sglpatch.matrix.plan`` for the event) and the rocm job fans out over what it prints, one job per
-pin on one runner, each running ``nox -s "rocm-job(PIN)" -- --event EVENT`` (``sglpatch.matrix.rocm_job``:
+pin on one runner, each running ``nox -s "rocm-job(PIN)" -- --event EVENT`` (``sglpatch.rocm.job``:
 the image built once, one server per launch configuration; the matrix on a synthetic checkpoint
 the job writes, four servers at once; the full model for the gate and the bench). A test checks
 that the committed file is exactly what this module writes.

@@ -1,281 +1,33 @@
 """Witnesses: checks that fail on a tree with the bug and pass on a tree without it.
 
-Each patch names its witness in its ``Witness`` trailer. A witness runs against a checked-out
-tree (upstream layout, ``python/sglang/...``) of one pin and answers with a ``WitnessResult``:
+Each patch names its witness in its ``Witness`` trailer (``registry.witness_for``; the known
+witnesses: ``registry.registry``). A witness runs against a checked-out tree (upstream layout,
+``python/sglang/...``) of one pin and answers with a ``WitnessResult`` (``results``):
 
 - ``bug``: the check fails -- the bug is there;
 - ``clean``: the check passes -- the bug is not there;
 - ``unavailable``: the check could not run here, with the reason (never silently a pass).
 
-The protocol (``Witness``): ``name``, ``version``, ``run(tree, pin)``, and what its answer
+The protocol (``results.Witness``): ``name``, ``version``, ``run(tree, pin)``, and what its answer
 depends on besides the tree, ``fingerprint(pin) -> str`` (its code and probes, the environment
 it runs in: the CPU Python's requirements, Python version and the pin's overlay, or the
 toolchain). Optionally ``levels`` (the levels it can run at, strongest first, as its results'
 ``level`` starts) with ``available_level(pin)`` (the strongest it can run at here now).
 
-Answers are cached (``run_cached``, ``run_cached_many``) by witness name, fingerprint, pin and
-tree hash, with the level that ran; an answer is reused only when nothing it depends on changed
-and no stronger level has become available. ``unavailable`` is never cached.
+Answers are cached (``answer_cache.run_cached``, ``answer_cache.run_cached_many``) by witness name,
+fingerprint, pin and tree hash, with the level that ran; an answer is reused only when nothing it
+depends on changed and no stronger level has become available. ``unavailable`` is never cached.
 
-Witnesses that run a probe in the pin's CPU Python (``ProbeWitness``: ``probe_request(pin)``
-and ``judge_probe(answer, pin)``) share one child process per tree through
-``run_cached_many``, which imports the tree's sglang once for all of them. Callers with more
-than one witness for a tree (``apply``, the matrix) should call::
+Witnesses that run a probe in the pin's CPU Python (``results.ProbeWitness``:
+``probe_request(pin)`` and ``judge_probe(answer, pin)``; what they share is in ``probing``)
+share one child process per tree through ``run_cached_many``, which imports the tree's sglang
+once for all of them. Callers with more than one witness for a tree (``apply``, the matrix)
+should call::
 
-    results = run_cached_many(witnesses, tree_hash, pin, materialize)   # {name: WitnessResult}
+    results = answer_cache.run_cached_many(witnesses, tree_hash, pin, materialize)   # {name: WitnessResult}
 
 ``materialize`` is called at most once, and only when some witness must really run.
+
+The witnesses: ``rocm_guard`` (compiling with ``hip_toolchain``, the kernel unit of
+``guard_kernel``), ``mtp_exclude`` and ``rocm_flags`` (CPU probes).
 """
-
-from __future__ import annotations
-
-import contextlib
-import hashlib
-import inspect
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass
-from pathlib import Path
-from typing import Callable, Protocol
-
-from sglpatch import cache
-from sglpatch.errors import SglpatchError
-from sglpatch.pins import Pin
-
-BUG = "bug"
-CLEAN = "clean"
-UNAVAILABLE = "unavailable"
-CACHE_LAYOUT = "3"  # bump when the entry's format or key changes
-
-
-@dataclass(frozen=True)
-class WitnessResult:
-    witness: str
-    state: str
-    level: str = ""
-    detail: str = ""
-
-    def summary(self) -> str:
-        level = f" [{self.level}]" if self.level else ""
-        return f"{self.state}{level}"
-
-
-class Witness(Protocol):
-    name: str
-    version: str  # bump when the check changes, so cached answers are not reused
-
-    def run(self, tree: Path, pin: Pin) -> WitnessResult: ...
-
-
-class ProbeWitness(Protocol):
-    """A witness whose check is a probe in the pin's CPU Python (``sglpatch.pyenv``)."""
-
-    name: str
-
-    def probe_request(self, pin: Pin): ...  # -> pyenv.ProbeRequest
-
-    def judge_probe(self, answer: dict | None, failure: str | None, pin: Pin) -> WitnessResult: ...
-
-
-def registry() -> dict[str, Witness]:
-    from sglpatch.witnesses.mtp_exclude import MtpQuarkExcludeWitness
-    from sglpatch.witnesses.rocm_flags import RocmFlagsWitness
-    from sglpatch.witnesses.rocm_guard import RocmGuardWitness
-
-    witnesses: list[Witness] = [RocmGuardWitness(), MtpQuarkExcludeWitness(), RocmFlagsWitness()]
-    return {witness.name: witness for witness in witnesses}
-
-
-def witness_for(trailer: str | None, where: str) -> Witness | None:
-    """The witness a patch's ``Witness`` trailer names (its first word), or None without one."""
-    if not trailer:
-        return None
-    name = trailer.split()[0]
-    known = registry()
-    if name not in known:
-        raise SglpatchError(f"{where}: unknown witness {name!r}; known: {', '.join(sorted(known))}")
-    return known[name]
-
-
-# -- what an answer depends on --------------------------------------------------------------
-
-
-def fingerprint(witness: Witness, pin: Pin) -> str:
-    """The witness's own ``fingerprint(pin)``; for a witness without one, a digest of the file
-    that defines its class and its ``version`` (a change to either re-runs it)."""
-    own = getattr(witness, "fingerprint", None)
-    if callable(own):
-        return str(own(pin))
-    digest = hashlib.sha256(f"{witness.name}\0{getattr(witness, 'version', '')}\0".encode())
-    try:
-        digest.update(Path(inspect.getfile(type(witness))).read_bytes())
-    except (OSError, TypeError):
-        digest.update(type(witness).__qualname__.encode())
-    return digest.hexdigest()
-
-
-def _level_rank(witness: Witness, level: str) -> int | None:
-    levels = getattr(witness, "levels", None)
-    if not levels:
-        return None
-    for rank, name in enumerate(levels):
-        if level == name or level.startswith(name + " "):
-            return rank
-    return None
-
-
-def _weaker_than_available(witness: Witness, level: str, pin: Pin) -> bool:
-    available = getattr(witness, "available_level", None)
-    if not callable(available):
-        return False
-    now = available(pin)
-    if now is None:
-        return False
-    cached_rank, now_rank = _level_rank(witness, level), _level_rank(witness, now)
-    if now_rank is None:
-        return False
-    return cached_rank is None or cached_rank > now_rank
-
-
-ANSWERS = cache.Memo("witness")
-
-
-def _entry(witness: Witness, tree_hash: str, pin: Pin, print_: str) -> Path:
-    """Where the answer for this tree under this fingerprint is kept. The pin's version is not
-    part of the key: what the pin decides beyond its tree (its CPU environment, its tvm-ffi) is in
-    the fingerprint, so a release relabelled, or a rebase's trial of a tree already witnessed,
-    reuses the answer the same tree and environment gave."""
-    return ANSWERS.path(_key(witness, tree_hash, print_))
-
-
-def _key(witness: Witness, tree_hash: str, print_: str) -> str:
-    key = hashlib.sha256(f"{CACHE_LAYOUT}\0{witness.name}\0{print_}\0{tree_hash}".encode()).hexdigest()
-    return f"{witness.name}/{tree_hash}-{key[:16]}"
-
-
-def _load(key: str, witness: Witness, pin: Pin) -> WitnessResult | None:
-    stored = ANSWERS.get(key)
-    try:
-        result = WitnessResult(**stored["result"])
-    except (TypeError, KeyError):
-        return None  # never kept, or damaged: run again and overwrite
-    if result.state == UNAVAILABLE or _weaker_than_available(witness, result.level, pin):
-        return None
-    return result
-
-
-def _store(key: str, result: WitnessResult, print_: str) -> None:
-    if result.state == UNAVAILABLE:
-        return  # the next run may be able to check
-    ANSWERS.put(key, {"result": asdict(result), "level": result.level, "fingerprint": print_})
-
-
-# -- running ------------------------------------------------------------------------------------
-
-
-def run_cached(witness: Witness, tree_hash: str, pin: Pin, materialize: Callable[[], Path]) -> WitnessResult:
-    """The witness's answer for the tree with git hash ``tree_hash``; runs it only when not cached.
-
-    ``materialize`` is called to get the tree on disk only when the witness must really run."""
-    return run_cached_many([witness], tree_hash, pin, materialize)[witness.name]
-
-
-def run_cached_many(
-    witnesses: list[Witness], tree_hash: str, pin: Pin, materialize: Callable[[], Path]
-) -> dict[str, WitnessResult]:
-    """Every witness's answer for one tree, by name, in the order given; cached ones are reused,
-    the CPU-probe witnesses among the rest run together in one child process (one sglang
-    import), the others beside it, each in a thread of its own. ``materialize`` is called at most once."""
-    results: dict[str, WitnessResult] = {}
-    asked = []
-    for witness in {witness.name: witness for witness in witnesses}.values():  # each asked once
-        print_ = fingerprint(witness, pin)
-        asked.append((witness, _key(witness, tree_hash, print_), print_))
-    pending = _take_cached(asked, pin, results)
-    if pending:
-        # One run per answer: a second process asking for the same entries waits for the first
-        # (locks taken in one order, so two never wait on each other) and reads what it wrote.
-        with contextlib.ExitStack() as held:
-            for _, key, _ in sorted(pending, key=lambda item: item[1]):
-                held.enter_context(ANSWERS.lock(key))
-            still = _take_cached(pending, pin, results)  # what another process answered meanwhile
-            if still:
-                tree = materialize()
-                probing = [w for w, _, _ in still if is_probe_witness(w)]
-                others = [w for w, _, _ in still if not is_probe_witness(w)]
-                # The others (compilers) run beside the probe child: each is a process of its own.
-                with ThreadPoolExecutor(max_workers=max(1, len(others))) as pool:
-                    running = {w.name: pool.submit(_run_one, w, tree, pin) for w in others}
-                    fresh = run_probe_witnesses(probing, tree, pin) if probing else {}
-                    fresh.update({name: future.result() for name, future in running.items()})
-                for witness, key, print_ in still:
-                    result = fresh[witness.name]
-                    # What the answer read is known once it ran (the CPU environment it was
-                    # built for, the installed versions): kept under that key.
-                    after = fingerprint(witness, pin)
-                    _store(_key(witness, tree_hash, after), result, after)
-                    results[witness.name] = result
-    return {witness.name: results[witness.name] for witness in witnesses}
-
-
-def _take_cached(asked: list[tuple[Witness, str, str]], pin: Pin, results: dict[str, WitnessResult]) -> list:
-    """Put the cached answers among ``asked`` into ``results``; the rest, still to run."""
-    missing = []
-    for witness, key, print_ in asked:
-        cached = _load(key, witness, pin)
-        if cached is not None:
-            results[witness.name] = cached
-        else:
-            missing.append((witness, key, print_))
-    return missing
-
-
-def doubles_used(answer: dict) -> str:
-    """The test doubles a CPU probe's answer rests on, in a few words for a witness's detail."""
-    standins = ", ".join(s.split(" (")[0] for s in answer.get("standins") or []) or "none"
-    called = sorted({c for case in (answer.get("cases") or {}).values() for c in case.get("standins_called") or []}
-                    | set(answer.get("standins_called") or []))
-    gpu = str(answer.get("emulated_gpu") or "?").split(":")[0]
-    return f"doubles: emulated {gpu} node; stand-ins {standins}; called: {', '.join(called) or 'none'}"
-
-
-def is_probe_witness(witness: Witness) -> bool:
-    return callable(getattr(witness, "probe_request", None)) and callable(getattr(witness, "judge_probe", None))
-
-
-def _run_one(witness: Witness, tree: Path, pin: Pin) -> WitnessResult:
-    """``witness.run``, with a refusal of the environment turned into its answer."""
-    from sglpatch.errors import Unavailable
-
-    try:
-        return witness.run(tree, pin)
-    except Unavailable as exc:
-        return WitnessResult(witness.name, UNAVAILABLE, detail=str(exc)[:1000])
-
-
-def run_probe_witnesses(witnesses: list, tree: Path, pin: Pin) -> dict[str, WitnessResult]:
-    """Run CPU-probe witnesses on one tree, uncached: those that share an import environment in
-    one child process. Every witness gets an answer; what could not run is ``unavailable``."""
-    from sglpatch import pyenv
-    from sglpatch.errors import Unavailable
-
-    results: dict[str, WitnessResult] = {}
-    try:
-        python = pyenv.cpu_python(pin)
-    except Unavailable as exc:
-        return {w.name: WitnessResult(w.name, UNAVAILABLE, detail=f"CPU environment: {exc}"[:1000]) for w in witnesses}
-    groups: dict[tuple, list] = {}
-    requests = {}
-    for witness in witnesses:
-        request = witness.probe_request(pin)
-        requests[witness.name] = request
-        groups.setdefault(request.environment(), []).append(witness)
-    for group in groups.values():
-        run = python.run_probes(tree, [requests[w.name] for w in group])
-        for witness in group:
-            name = requests[witness.name].name
-            failure = run.failure(name)
-            answer = run.answers.get(name)
-            if answer is not None:
-                answer.setdefault("runner", run.runner)
-            results[witness.name] = witness.judge_probe(None if failure else answer, failure, pin)
-    return results

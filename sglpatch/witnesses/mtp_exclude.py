@@ -6,7 +6,7 @@ under the checkpoint's names, ``model.layers.{num_hidden_layers}.*`` for the MTP
 builds that layer as ``model.decoder.*`` (and ``model.eh_proj`` ...), so without the fix the
 exclusion misses and the bf16 shared expert gets a half-width MXFP4 slot.
 
-The check runs ``probes/mtp_probe.py`` in the pin's CPU Python (``sglpatch.pyenv``), in the one
+The check runs ``probes/mtp_probe.py`` in the pin's CPU Python (``sglpatch.probe_runs``), in the one
 child process per tree that all CPU witnesses share: sglang's own server args (the launch
 profile, TP 1), model config, loader and draft class build the whole MTP draft for tiny
 checkpoints that keep the MTP shared expert and ``eh_proj`` bf16, spelled three ways (fused
@@ -38,11 +38,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from sglpatch import pyenv
+from sglpatch import cpu_envs, probe_runs
 from sglpatch.errors import SglpatchError
 from sglpatch.pins import Pin
 from sglpatch.profile import load_profile
-from sglpatch.witnesses import BUG, CLEAN, UNAVAILABLE, WitnessResult
+from sglpatch.witnesses import probing
+from sglpatch.witnesses.results import BUG, CLEAN, UNAVAILABLE, WitnessResult
 
 PROBE = "mtp"
 PROBE_MODULE = "mtp_probe"
@@ -65,22 +66,20 @@ class ProbeFailed(SglpatchError):
 
 
 def probe_request(pin: Pin, cases: dict[str, Path] | None = None):
-    """The MTP probe for ``pyenv.CpuPython.run_probes``: the launch profile's server flags at
+    """The MTP probe for ``probe_runs.CpuPython.run_probes``: the launch profile's server flags at
     TP 1 with the case's checkpoint as the model, under the profile's environment."""
-    from sglpatch.witnesses import rocm_flags
-
     profile = load_profile(PROFILE)
-    argv = rocm_flags.profile_argv(profile, "{model}", ["--tp-size", "1"])
+    argv = probing.profile_argv(profile, "{model}", ["--tp-size", "1"])
     spec = {"argv": argv, "cases": {name: str(Path(folder).resolve()) for name, folder in cases.items()} if cases else None}
-    return pyenv.ProbeRequest(PROBE, PROBE_MODULE, spec, PROBE_LIMIT_S, import_env=rocm_flags.import_env(profile),
-                              registry_archs=REGISTRY_ARCHS)
+    return probe_runs.ProbeRequest(PROBE, PROBE_MODULE, spec, PROBE_LIMIT_S, import_env=probing.import_env(profile),
+                                   registry_archs=REGISTRY_ARCHS)
 
 
 def resolve_mtp_cases(tree: Path, pin: Pin, cases: dict[str, Path]) -> dict:
     """What the pin's sglang builds for the MTP draft of each checkpoint folder in ``cases``
     (name -> folder holding ``config.json`` with a Quark ``quantization_config`` and
     ``*.safetensors``); the answer as ``resolve_mtp_modules`` describes it."""
-    python = pyenv.cpu_python(pin)
+    python = probe_runs.cpu_python(pin)
     run = python.run_probes(tree, [probe_request(pin, cases)], remember=True)
     failure = run.failure(PROBE)
     if failure:
@@ -114,10 +113,10 @@ def resolve_mtp_modules(tree: Path, pin: Pin, *, checkpoint: Path | None = None)
     other-typed parameter), ``not-loaded``, ``wrong-values``, ``fused`` (the draft built the module
     into its routed experts: ``fused_into`` names them), ``absent`` (no tensor for it in the
     checkpoint) or ``error`` (the loader failed on a tensor the parameter could hold). A case whose
-    draft could not be built has ``error`` instead. Raises ``sglpatch.pyenv.EnvUnavailable`` when
+    draft could not be built has ``error`` instead. Raises ``sglpatch.cpu_envs.EnvUnavailable`` when
     the pin's CPU environment cannot be built and ``ProbeFailed`` when the probe gives no answer.
     """
-    python = pyenv.cpu_python(pin)
+    python = probe_runs.cpu_python(pin)
     cases = {"checkpoint": Path(checkpoint)} if checkpoint is not None else None
     run = python.run_probes(tree, [probe_request(pin, cases)], remember=True)
     failure = run.failure(PROBE)
@@ -139,11 +138,9 @@ class MtpQuarkExcludeWitness:
 
     def fingerprint(self, pin: Pin) -> str:
         profile = load_profile(PROFILE)
-        from sglpatch.witnesses import rocm_flags
-
-        code = pyenv.code_digest([Path(__file__), Path(rocm_flags.__file__)])
+        code = probing.code_digest()
         return (f"{self.version}-{profile.name}-{profile.content_digest()[:16]}-{code[:16]}-"
-                f"{pyenv.env_fingerprint(pin)[:16]}")
+                f"{cpu_envs.env_fingerprint(pin)[:16]}")
 
     def probe_request(self, pin: Pin):
         return probe_request(pin)
@@ -151,15 +148,12 @@ class MtpQuarkExcludeWitness:
     def judge_probe(self, answer: dict | None, failure: str | None, pin: Pin) -> WitnessResult:
         if answer is None:
             return WitnessResult(self.name, UNAVAILABLE, detail=(failure or "no answer")[:1000])
-        from sglpatch.witnesses import doubles_used
-
         result = judge(answer, self.name)
-        return WitnessResult(result.witness, result.state, result.level, f"{result.detail} [{doubles_used(answer)}]")
+        return WitnessResult(result.witness, result.state, result.level,
+                             f"{result.detail} [{probing.doubles_used(answer)}]")
 
     def run(self, tree: Path, pin: Pin) -> WitnessResult:
-        from sglpatch.witnesses import run_probe_witnesses
-
-        return run_probe_witnesses([self], tree, pin)[self.name]
+        return probing.run_probe_witnesses([self], tree, pin)[self.name]
 
 
 def judge(answer: dict, name: str = MtpQuarkExcludeWitness.name) -> WitnessResult:

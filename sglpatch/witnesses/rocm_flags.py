@@ -4,7 +4,7 @@ The launch profile (``sglpatch/profiles/glm-5.2-mxfp4-mi355x.toml``) is resolved
 ``ServerArgs`` on CPU, on an emulated 8x MI355X ROCm node (``probes/rocm_box.py``), for a
 synthetic GLM-5-shaped model, in a handful of scenarios derived from the profile. The scenarios
 run in ``probes/flags_probe.py``, in the one child process per tree that all CPU witnesses share
-(``pyenv.CpuPython.run_probes``), so sglang is imported once per tree.
+(``probe_runs.CpuPython.run_probes``), so sglang is imported once per tree.
 
 It judges behaviour, never wording. It finds the bug (``bug``) when any of these fails, and
 ``clean`` when all hold:
@@ -34,18 +34,19 @@ import json
 import tempfile
 from pathlib import Path
 
-from sglpatch import cache, pyenv
+from sglpatch import cache, cpu_envs, probe_runs
 from sglpatch.errors import Unavailable
 from sglpatch.pins import Pin
 from sglpatch.profile import Profile, load_profile
-from sglpatch.witnesses import BUG, CLEAN, UNAVAILABLE, WitnessResult
+from sglpatch.witnesses import probing
+from sglpatch.witnesses.probing import DROP
+from sglpatch.witnesses.results import BUG, CLEAN, UNAVAILABLE, WitnessResult
 
 PROFILE = "glm-5.2-mxfp4-mi355x"
 PROBE = Path(__file__).parent / "probes" / "flags_probe.py"
 GFX942 = "gfx942:sramecc+:xnack-"
 # The emulated GPU for a scenario: an env entry that the probe reads and does not export.
 ARCH_KEY = "SGLPATCH_GCN_ARCH"
-DROP = "!"  # an argv item "!--flag" removes --flag (and its value) from the profile's arguments
 TIMEOUT_S = 900
 PROBE = "flags"
 PROBE_LIMIT_S = 180
@@ -140,10 +141,8 @@ class RocmFlagsWitness:
         self.version = f"2-{self.profile.name}-v{self.profile.version}"
 
     def fingerprint(self, pin: Pin) -> str:
-        from sglpatch.witnesses import mtp_exclude
-
-        code = pyenv.code_digest([Path(__file__), Path(mtp_exclude.__file__)])
-        return f"{self.version}-{self.profile.content_digest()[:16]}-{code[:16]}-{pyenv.env_fingerprint(pin)[:16]}"
+        code = probing.code_digest()
+        return f"{self.version}-{self.profile.content_digest()[:16]}-{code[:16]}-{cpu_envs.env_fingerprint(pin)[:16]}"
 
     def probe_request(self, pin: Pin):
         return probe_request(self.profile, SCENARIOS, cache.cache_root() / "probes")
@@ -151,20 +150,16 @@ class RocmFlagsWitness:
     def judge_probe(self, answer: dict | None, failure: str | None, pin: Pin) -> WitnessResult:
         if answer is None:
             return WitnessResult(self.name, UNAVAILABLE, detail=(failure or "no answer")[:1000])
-        from sglpatch.witnesses import doubles_used
-
         leaned = standins_leaned_on(answer)
         if leaned:
             return WitnessResult(self.name, UNAVAILABLE, LEVEL,
                                  f"the judged resolution used a stand-in ({leaned}), so its values are not sglang's "
-                                 f"alone [{doubles_used(answer)}]")
+                                 f"alone [{probing.doubles_used(answer)}]")
         result = judge(answer, self.name)
-        return WitnessResult(result.witness, result.state, result.level, f"{result.detail} [{doubles_used(answer)}]")
+        return WitnessResult(result.witness, result.state, result.level, f"{result.detail} [{probing.doubles_used(answer)}]")
 
     def run(self, tree: Path, pin: Pin) -> WitnessResult:
-        from sglpatch.witnesses import run_probe_witnesses
-
-        return run_probe_witnesses([self], tree, pin)[self.name]
+        return probing.run_probe_witnesses([self], tree, pin)[self.name]
 
 
 # The one attribute sglang reads from the stand-ins besides ``from module import name``: the
@@ -241,27 +236,22 @@ def check(resolved: dict[str, dict]) -> list[tuple[str, str]]:
     return problems
 
 
-def import_env(profile: Profile) -> tuple[tuple[str, str], ...]:
-    """The environment sglang is imported under: the launch profile's, as the server is started."""
-    return tuple(sorted(profile.env.items()))
-
-
 def probe_request(profile: Profile, scenarios: dict[str, "Scenario"], workdir: Path, *, limit_s: float = PROBE_LIMIT_S):
-    """The flags probe for ``pyenv.CpuPython.run_probes``: each scenario as argv and environment
+    """The flags probe for ``probe_runs.CpuPython.run_probes``: each scenario as argv and environment
     over the profile's, for a synthetic GLM-5 model folder written in ``workdir``."""
     model = synthetic_model(workdir)
     spec = {
         "scenarios": {
             name: {
-                "argv": profile_argv(profile, str(model), argv),
+                "argv": probing.profile_argv(profile, str(model), argv),
                 "env": {k: v for k, v in env.items() if k != ARCH_KEY},
                 "arch": env.get(ARCH_KEY),
             }
             for name, (argv, env) in scenarios.items()
         },
     }
-    return pyenv.ProbeRequest(PROBE, "flags_probe", spec, limit_s, import_env=import_env(profile), arch=MI355X,
-                              registry_archs=("GlmMoeDsaForCausalLM",))
+    return probe_runs.ProbeRequest(PROBE, "flags_probe", spec, limit_s, import_env=probing.import_env(profile), arch=MI355X,
+                                   registry_archs=("GlmMoeDsaForCausalLM",))
 
 
 def synthetic_model(workdir: Path) -> Path:
@@ -277,19 +267,6 @@ def synthetic_model(workdir: Path) -> Path:
         tmp.write_text(text)
         tmp.replace(folder / "config.json")
     return folder
-
-
-def profile_argv(profile: Profile, model: str, edits: list[str]) -> list[str]:
-    """The profile's ``launch_server`` arguments with the scenario's edits, for a CPU resolve."""
-    args = profile.server_args(model)
-    for edit in (e for e in edits if e.startswith(DROP)):
-        flag = edit[len(DROP):]
-        while flag in args:
-            at = args.index(flag)
-            takes_value = at + 1 < len(args) and not args[at + 1].startswith("--")
-            del args[at : at + (2 if takes_value else 1)]
-    # ServerArgs on CPU needs an explicit device; the emulation makes "cuda" mean the ROCm GPUs.
-    return [*args, "--device", "cuda", *(e for e in edits if not e.startswith(DROP))]
 
 
 def resolve_server_args(
@@ -314,12 +291,12 @@ def resolve_server_args(
     """
     profile = profile or load_profile(PROFILE)
     try:
-        python = pyenv.cpu_python(pin)
+        python = probe_runs.cpu_python(pin)
     except Unavailable as exc:
         raise WitnessUnavailable(f"no CPU Python for {pin.version}: {exc}") from None
     with tempfile.TemporaryDirectory(prefix="sglpatch-flags-") as work:
         request = probe_request(profile, scenarios, Path(work), limit_s=timeout)
-        run = python.run_probes(tree, [request], timeout=timeout + pyenv.IMPORT_ALLOWANCE_S, remember=True)
+        run = python.run_probes(tree, [request], timeout=timeout + probe_runs.IMPORT_ALLOWANCE_S, remember=True)
     failure = run.failure(PROBE)
     if failure:
         raise WitnessUnavailable(f"the flags probe on {pin.version}: {failure}"[:2000])

@@ -13,7 +13,7 @@ Prints one JSON line: {"folder", "mtp_layer", "excluded", "shape"}; as a probe o
 (``run``) that is its answer.
 
 ``glm_checkpoint.py OUT_DIR --size rocm``: the same model scaled for the ROCm tier's bug-level
-cells (``sglpatch.matrix.rocm_job`` runs it in the pin's patched image): every tensor a server
+cells (``sglpatch.rocm.job`` runs it in the pin's patched image): every tensor a server
 loads (random, seeded; the final norms zero, so target and draft agree), the MXFP4 modules
 stored as Quark stores them (packed fp4 codes and e8m0 scales), the exclusions bf16 as above,
 and a byte-level tokenizer, about 1.0 GB. The widths the

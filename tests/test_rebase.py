@@ -13,13 +13,18 @@ import zipfile
 import pytest
 
 from conftest import BASE_FILES, REPO_ROOT, TextWitness, format_patch, make_wheel, pin_entry, tree_files
-from sglpatch import forward, witnesses
+from sglpatch import staged
 from sglpatch.errors import SglpatchError
 from sglpatch.lock import read_lock
 from sglpatch.pins import load_pins
 from sglpatch.project import Project
-from sglpatch.series import load_series
-from sglpatch.witnesses import BUG, CLEAN, WitnessResult
+from sglpatch.rebase import rebase_onto
+from sglpatch.rebase.hand_port import refresh_hand_port
+from sglpatch.rebase.report import RebaseOutcome, RebaseReport
+from sglpatch.rebase.trial import Trial, candidates
+from sglpatch.series import load_series, spec_for
+from sglpatch.witnesses import registry
+from sglpatch.witnesses.results import BUG, CLEAN, WitnessResult
 
 EXAMPLE = "python/sglang/srt/layers/example.py"
 OLD_KERNEL = "sglang/jit_kernel/csrc/kernel.cuh"
@@ -54,7 +59,7 @@ def _import_with_this_python(self, commit, changed):
     import tempfile as _tempfile
     from pathlib import Path as _Path
 
-    from sglpatch.apply import checkout_commit
+    from sglpatch.checkouts import checkout_commit
 
     tree = checkout_commit(self.repo, commit, _Path(_tempfile.mkdtemp(dir=self.scratch, prefix="imports-")))
     findings = []
@@ -84,13 +89,13 @@ def local_imports(monkeypatch, request):
     real releases (``network``) keep the real one, the pin's CPU Python on the emulated box."""
     IMPORTED.clear()
     if request.node.get_closest_marker("network") is None:
-        monkeypatch.setattr(forward._Trial, "import_smoke", _import_with_this_python)
+        monkeypatch.setattr(Trial, "import_smoke", _import_with_this_python)
 
 
 @pytest.fixture(autouse=True)
 def local_witnesses(monkeypatch, test_witnesses):
-    registry = witnesses.registry
-    monkeypatch.setattr(witnesses, "registry", lambda: {**registry(), **LOCAL_WITNESSES})
+    known = registry.registry
+    monkeypatch.setattr(registry, "registry", lambda: {**known(), **LOCAL_WITNESSES})
     for witness in LOCAL_WITNESSES.values():
         if hasattr(witness, "runs"):
             witness.runs.clear()
@@ -133,7 +138,7 @@ def _verdicts(report):
 def test_patch_that_applies_as_is_carries_over_and_its_applies_to_grows_to_the_release(fake_project, tmp_path):
     fake_project.set_patches([("0001-example.patch", _example_patch(tmp_path))])
     _release(fake_project, "0.3.0", _lines({5: "upstream changed line 5\n"}))
-    report = forward.forward_port(fake_project.project, "0.3.0")
+    report = rebase_onto(fake_project.project, "0.3.0")
     assert _verdicts(report) == [("0001-example.patch", "carries-over")]
     assert report.written and report.complete
     outcome = report.outcomes[0]
@@ -162,7 +167,7 @@ def test_release_between_two_pins_is_inserted_in_order_and_takes_the_nearest_ren
     # 0.2.2 as 0.2.5 has it: the older neighbour's rendition does not apply, the newer one's does,
     # exactly -- it is taken before any three-way merge of the older one.
     _release(fake_project, "0.2.2", changed)
-    report = forward.forward_port(fake_project.project, "0.2.2", write=False)
+    report = rebase_onto(fake_project.project, "0.2.2", write=False)
     assert _verdicts(report) == [("0001-example.patch", "carries-over")]
     assert report.outcomes[0].rendition == "patches/renditions/0001-example/0.2.5.patch"
     assert [(a.rendition.split("/")[-1], a.how, a.result) for a in report.outcomes[0].attempts] == [
@@ -171,7 +176,7 @@ def test_release_between_two_pins_is_inserted_in_order_and_takes_the_nearest_ren
     ]
     # 0.2.3 as 0.2.0 has it: both neighbours are one pin away; the older one's rendition is tried first.
     _release(fake_project, "0.2.3", _lines({}))
-    report = forward.forward_port(fake_project.project, "0.2.3")
+    report = rebase_onto(fake_project.project, "0.2.3")
     assert report.outcomes[0].rendition == "patches/0001-example.patch"
     assert report.written
     text = (fake_project.root / "upstream" / "pins.toml").read_text()
@@ -184,7 +189,7 @@ def test_candidates_are_ordered_nearest_release_first():
     patch = load_series(series_dir).get("0002-quark-keep-mtp-draft-excluded-modules-unquantized")
     pins = load_pins(REPO_ROOT / "upstream" / "pins.toml")
     newest = pins.newest.version
-    ordered = forward.candidates(patch, pins.pins, "99.0")
+    ordered = candidates(patch, pins.pins, "99.0")
     assert ordered[0].rendition.covers(newest)
     ranks = [candidate.rank for candidate in ordered]
     assert ranks == sorted(ranks)
@@ -193,7 +198,7 @@ def test_candidates_are_ordered_nearest_release_first():
 def test_changed_context_is_merged_three_way_into_a_new_rendition(fake_project, tmp_path):
     fake_project.set_patches([("0001-example.patch", _example_patch(tmp_path, subject="[AMD] example: patch line 20"))])
     _release(fake_project, "0.3.0", _lines({17: "upstream changed line 17\n"}))
-    report = forward.forward_port(fake_project.project, "0.3.0")
+    report = rebase_onto(fake_project.project, "0.3.0")
     assert _verdicts(report) == [("0001-example.patch", "new-rendition")]
     assert [(a.how, a.result, a.made_for) for a in report.outcomes[0].attempts] == [
         ("exact", "does not apply", "0.2.0"),
@@ -216,11 +221,14 @@ def test_conflict_writes_nothing_and_names_the_hunk(fake_project, tmp_path):
     fake_project.set_patches([("0001-example.patch", _example_patch(tmp_path))])
     _release(fake_project, "0.3.0", _lines({20: "upstream rewrote line 20\n"}))
     before = _snapshot(fake_project.root)
-    report = forward.forward_port(fake_project.project, "0.3.0")
+    report = rebase_onto(fake_project.project, "0.3.0")
     assert _verdicts(report) == [("0001-example.patch", "needs-hand-port")]
     assert "hunk 1 of" in report.outcomes[0].attempts[0].detail
     # Every tool was tried and said why it made no tree.
-    assert [a.how for a in report.outcomes[0].attempts] == ["exact", "three-way", "merge-ort", "merge-ort + both insertions", "wiggle"]
+    assert [a.how for a in report.outcomes[0].attempts] == ["exact", "three-way", "merge-ort", "merge-ort + both insertions", "wiggle",
+                                                             "moved-definitions"]
+    # The file is no Python the moved-definitions step can read: it says why it made no tree.
+    assert "changes module-level lines" in report.outcomes[0].attempts[-1].detail
     assert not report.written and not report.complete
     assert _snapshot(fake_project.root) == before
 
@@ -228,7 +236,7 @@ def test_conflict_writes_nothing_and_names_the_hunk(fake_project, tmp_path):
 def test_bug_fixed_differently_upstream_is_fixed_upstream_and_no_rendition_claims_the_release(fake_project, tmp_path):
     fake_project.set_patches([("0001-example.patch", _example_patch(tmp_path))])
     _release(fake_project, "0.3.0", _lines({20: "patched upstream, their own way\n"}))
-    report = forward.forward_port(fake_project.project, "0.3.0")
+    report = rebase_onto(fake_project.project, "0.3.0")
     assert _verdicts(report) == [("0001-example.patch", "fixed-upstream")]
     assert report.outcomes[0].witness_before == "clean [text]"
     assert report.written
@@ -256,7 +264,7 @@ def test_moved_file_whose_rendition_reverse_applies_is_already_upstream_not_fixe
     fake_project.set_patches([("0001-guard.patch", main)], {"0001-guard": [("0.2.5.patch", rendition)]})
     # Upstream took the very same guard at the new path.
     _release(fake_project, "0.3.0", files={**moved, NEW_KERNEL: guard(BASE_FILES[OLD_KERNEL])})
-    report = forward.forward_port(fake_project.project, "0.3.0")
+    report = rebase_onto(fake_project.project, "0.3.0")
     assert _verdicts(report) == [("0001-guard.patch", "already-upstream")]
     outcome = report.outcomes[0]
     assert outcome.rendition == "patches/renditions/0001-guard/0.2.5.patch"
@@ -273,7 +281,7 @@ def test_patch_whose_witness_still_finds_the_bug_is_refused_by_the_judge_and_nee
     fake_project.set_patches([("0001-example.patch", _example_patch(tmp_path, witness="example-30"))])
     _release(fake_project, "0.3.0", _lines({17: "upstream changed line 17\n"}))
     before = _snapshot(fake_project.root)
-    report = forward.forward_port(fake_project.project, "0.3.0")
+    report = rebase_onto(fake_project.project, "0.3.0")
     assert _verdicts(report) == [("0001-example.patch", "needs-hand-port")]
     attempts = report.outcomes[0].attempts
     assert [(a.how, a.result, a.witness_after) for a in attempts[:2]] == [
@@ -289,15 +297,15 @@ def test_patch_whose_witness_cannot_run_is_not_classified_and_nothing_is_written
     fake_project.set_patches([("0001-example.patch", _example_patch(tmp_path, witness="fixture-unwitnessed"))])
     _release(fake_project, "0.3.0", _lines({5: "upstream changed line 5\n"}))
     before = _snapshot(fake_project.root)
-    report = forward.forward_port(fake_project.project, "0.3.0")
+    report = rebase_onto(fake_project.project, "0.3.0")
     assert _verdicts(report) == [("0001-example.patch", "witness-unavailable")]
     assert not report.written and _snapshot(fake_project.root) == before
 
 
 def test_a_trial_without_an_outcome_for_every_patch_is_not_complete():
-    assert not forward.PortReport("0.3.0", "a.whl", patches_in_series=2).complete
-    report = forward.PortReport("0.3.0", "a.whl", patches_in_series=1)
-    report.outcomes.append(forward.PortOutcome("0001", "carries-over"))
+    assert not RebaseReport("0.3.0", "a.whl", patches_in_series=2).complete
+    report = RebaseReport("0.3.0", "a.whl", patches_in_series=1)
+    report.outcomes.append(RebaseOutcome("0001", "carries-over"))
     assert report.complete
     report.error = "the staged apply failed"
     assert not report.complete
@@ -309,7 +317,7 @@ def test_a_trial_that_errors_writes_nothing(fake_project, tmp_path):
     _release(fake_project, "0.3.0", _lines({5: "upstream changed line 5\n"}))
     before = _snapshot(fake_project.root)
     with pytest.raises(SglpatchError, match="unknown witness 'no-such-witness'"):
-        forward.forward_port(fake_project.project, "0.3.0")
+        rebase_onto(fake_project.project, "0.3.0")
     assert _snapshot(fake_project.root) == before
 
 
@@ -324,7 +332,7 @@ def test_final_apply_that_fails_writes_nothing(fake_project, tmp_path, cache_dir
     for entry in (cache_dir / "artifacts").glob("sglang-0.1.0*"):
         entry.unlink()
     before = _snapshot(fake_project.root)
-    report = forward.forward_port(fake_project.project, "0.3.0")
+    report = rebase_onto(fake_project.project, "0.3.0")
     assert _verdicts(report) == [("0001-example.patch", "carries-over")]
     assert not report.written and not report.complete
     assert "does not apply to 0.1.0" in report.error and "nothing written" in report.error
@@ -346,8 +354,8 @@ def test_files_are_moved_in_only_after_the_staged_apply_and_put_back_if_a_move_f
             moved.append(dst)
         return real_replace(src, dst)
 
-    monkeypatch.setattr(forward.os, "replace", replace)
-    report = forward.forward_port(fake_project.project, "0.3.0")
+    monkeypatch.setattr(staged.os, "replace", replace)
+    report = rebase_onto(fake_project.project, "0.3.0")
     assert moved, "the other files were moved before the lock failed"
     assert not report.written and "the files are as they were" in report.error
     assert _snapshot(fake_project.root) == before
@@ -357,7 +365,7 @@ def test_dry_run_classifies_and_writes_nothing(fake_project, tmp_path):
     fake_project.set_patches([("0001-example.patch", _example_patch(tmp_path))])
     _release(fake_project, "0.3.0", _lines({17: "upstream changed line 17\n"}))
     before = _snapshot(fake_project.root)
-    report = forward.forward_port(fake_project.project, "0.3.0", write=False)
+    report = rebase_onto(fake_project.project, "0.3.0", write=False)
     assert _verdicts(report) == [("0001-example.patch", "new-rendition")] and report.complete
     assert not report.written and _snapshot(fake_project.root) == before
 
@@ -372,7 +380,7 @@ def test_cli_rebase_prints_every_try_and_writes_a_json_report(fake_project, tmp_
     # The subprocess has the real witnesses only, so the test witness is unknown there: the CLI
     # must say so in one line, not a traceback.
     assert done.returncode == 2 and "unknown witness 'example-20'" in done.stderr and "Traceback" not in done.stderr
-    report = forward.forward_port(fake_project.project, "0.3.0", write=False)
+    report = rebase_onto(fake_project.project, "0.3.0", write=False)
     text = report.text()
     assert "tried patches/0001-example.patch exact from 0.2.0: does not apply" in text
     assert "tried patches/0001-example.patch three-way from 0.2.0: conflict" in text
@@ -381,14 +389,14 @@ def test_cli_rebase_prints_every_try_and_writes_a_json_report(fake_project, tmp_
 
 def test_already_pinned_version_is_refused(fake_project):
     with pytest.raises(SglpatchError, match="already pinned"):
-        forward.forward_port(fake_project.project, "0.2.0")
+        rebase_onto(fake_project.project, "0.2.0")
 
 
 def test_spec_for_holds_exactly_the_given_pins():
     pinned = ["0.1.0", "0.2.0", "0.2.5", "0.3.0"]
-    assert forward.spec_for(["0.2.0"], pinned) == "==0.2.0"
-    assert forward.spec_for(["0.2.0", "0.2.5", "0.3.0"], pinned) == ">=0.2.0,<=0.3.0"
-    assert forward.spec_for(["0.1.0", "0.3.0"], pinned) is None
+    assert spec_for(["0.2.0"], pinned) == "==0.2.0"
+    assert spec_for(["0.2.0", "0.2.5", "0.3.0"], pinned) == ">=0.2.0,<=0.3.0"
+    assert spec_for(["0.1.0", "0.3.0"], pinned) is None
 
 
 # -- the real series on real releases, each left out as if never seen ---------------------------------
@@ -415,9 +423,9 @@ def test_leave_one_out_copy_holds_no_file_made_for_the_release_it_left_out(tmp_p
 
 @pytest.mark.network
 def test_a_release_left_out_whose_renditions_still_apply_is_ported_to_the_committed_tree_and_lock(tmp_path):
-    from sglpatch.leave_one_out import port_left_out
+    from sglpatch.leave_one_out import rebase_left_out
 
-    row = port_left_out(REPO_ROOT, "0.5.12.post1", tmp_path)
+    row = rebase_left_out(REPO_ROOT, "0.5.12.post1", tmp_path)
     assert row["ported"] and row["written"] and row["identical"], row
     assert [(p["verdict"], p["step"]) for p in row["patches"]] == [("carries-over", "exact")] * 3
 
@@ -426,9 +434,9 @@ def test_a_release_left_out_whose_renditions_still_apply_is_ported_to_the_commit
 def test_a_release_across_the_file_move_is_ported_by_the_merge_tools_from_its_neighbours(tmp_path):
     # 0.5.17 moved the settings into namespaces; no rendition made for it is in the copy, so both
     # 0002 and 0003 must be merged from 0.5.16's or 0.5.18's and pass the judge.
-    from sglpatch.leave_one_out import port_left_out
+    from sglpatch.leave_one_out import rebase_left_out
 
-    row = port_left_out(REPO_ROOT, "0.5.17", tmp_path, write=False)
+    row = rebase_left_out(REPO_ROOT, "0.5.17", tmp_path, write=False)
     assert row["ported"], row
     verdicts = {p["name"][:4]: (p["verdict"], p["step"]) for p in row["patches"]}
     assert verdicts["0001"] == ("already-upstream", "")
@@ -439,9 +447,9 @@ def test_a_release_across_the_file_move_is_ported_by_the_merge_tools_from_its_ne
 @pytest.mark.network
 def test_a_release_whose_code_was_rewritten_needs_a_hand_port_and_gets_a_prepared_tree(tmp_path):
     # 0.5.14 rewrote ServerArgs' fields as annotated ones: no tool merges 0003 there, and nothing is written.
-    from sglpatch.leave_one_out import port_left_out
+    from sglpatch.leave_one_out import rebase_left_out
 
-    row = port_left_out(REPO_ROOT, "0.5.14", tmp_path, write=False)
+    row = rebase_left_out(REPO_ROOT, "0.5.14", tmp_path, write=False)
     assert not row["ported"]
     by_name = {p["name"][:4]: p for p in row["patches"]}
     assert by_name["0001"]["verdict"] == "carries-over" and by_name["0002"]["verdict"] == "new-rendition"
@@ -489,7 +497,7 @@ def test_context_git_cannot_merge_is_merged_by_wiggle_and_judged_before_it_is_ac
     local_witnesses["draft"] = TextWitness("draft", QUARK, "_DRAFT_MODULES")
     _python_pin(fake_project, tmp_path, {"sglang/srt/layers/quant.py": QUARK_PRISTINE}, {QUARK: QUARK_PATCHED}, "draft", "quant: keep draft modules")
     _release(fake_project, "0.3.0", files={**BASE_FILES, "sglang/srt/layers/quant.py": QUARK_UPSTREAM})
-    report = forward.forward_port(fake_project.project, "0.3.0")
+    report = rebase_onto(fake_project.project, "0.3.0")
     outcome = report.outcomes[0]
     assert (outcome.verdict, outcome.step) == ("new-rendition", "wiggle"), report.text()
     tried = [(a.how, a.result.split(" (")[0], a.judge.split(" (")[0]) for a in outcome.attempts]
@@ -526,7 +534,7 @@ def test_a_merge_that_uses_a_name_the_release_renamed_is_refused_with_the_findin
     _python_pin(fake_project, tmp_path, files, {COMM: COMM_PATCHED}, "prefill", "comm: keep prefill unfused")
     _release(fake_project, "0.3.0", files={**BASE_FILES, **files, "sglang/srt/layers/comm.py": COMM_017})
     before = _snapshot(fake_project.root)
-    report = forward.forward_port(fake_project.project, "0.3.0")
+    report = rebase_onto(fake_project.project, "0.3.0")
     outcome = report.outcomes[0]
     assert outcome.verdict == "needs-hand-port", report.text()
     made = [a for a in outcome.attempts if a.judge]
@@ -559,7 +567,7 @@ def test_a_file_the_release_moved_is_followed_by_gits_merge_with_rename_detectio
                 "either-place", "place: value 15")
     moved = PLACE.replace("value_2 = 2\n", "value_2 = 20\n")
     _release(fake_project, "0.3.0", files={**BASE_FILES, "sglang/srt/utils/new_place.py": moved})
-    report = forward.forward_port(fake_project.project, "0.3.0")
+    report = rebase_onto(fake_project.project, "0.3.0")
     outcome = report.outcomes[0]
     assert (outcome.verdict, outcome.step) == ("new-rendition", "merge-ort"), report.text()
     assert [a.how for a in outcome.attempts] == ["exact", "three-way", "merge-ort"]
@@ -581,7 +589,7 @@ def test_hunks_the_release_holds_and_files_it_removed_are_dropped_when_the_judge
                 "fusion", "fusion: on by default")
     # Upstream took the first hunk itself and removed defaults.py.
     _release(fake_project, "0.3.0", files={**BASE_FILES, "sglang/srt/fusion.py": FUSION_TEXT.replace("setting_3 = False", "setting_3 = True")})
-    report = forward.forward_port(fake_project.project, "0.3.0")
+    report = rebase_onto(fake_project.project, "0.3.0")
     outcome = report.outcomes[0]
     assert (outcome.verdict, outcome.step) == ("new-rendition", "reduced exact"), report.text()
     assert "dropped python/sglang/srt/defaults.py: every hunk (1), the release removed the file" in outcome.detail
@@ -593,7 +601,7 @@ def test_hunks_the_release_holds_and_files_it_removed_are_dropped_when_the_judge
 def test_a_patch_left_for_a_person_is_prepared_with_zdiff3_markers_and_refreshed_back(fake_project, tmp_path):
     fake_project.set_patches([("0001-example.patch", _example_patch(tmp_path))])
     _release(fake_project, "0.3.0", _lines({20: "upstream rewrote line 20\n"}))
-    report = forward.forward_port(fake_project.project, "0.3.0")
+    report = rebase_onto(fake_project.project, "0.3.0")
     assert _verdicts(report) == [("0001-example.patch", "needs-hand-port")]
     prepared = fake_project.root / "build" / "port" / "0.3.0"
     assert report.prepared == "build/port/0.3.0" and "sglpatch patch refresh 0.3.0" in report.text()
@@ -601,14 +609,14 @@ def test_a_patch_left_for_a_person_is_prepared_with_zdiff3_markers_and_refreshed
     # zdiff3: ours, the merge base, theirs.
     assert "<<<<<<< " in text and "||||||| " in text and "upstream rewrote line 20" in text and "patched" in text
     with pytest.raises(SglpatchError, match="conflict marker"):
-        forward.refresh_port(fake_project.project, "0.3.0")
+        refresh_hand_port(fake_project.project, "0.3.0")
     (prepared / EXAMPLE).write_text(_lines({20: "patched\n"}))
     from sglpatch import cli
 
     assert cli.main(["--root", str(fake_project.root), "patch", "refresh", "0.3.0"]) == 0
     written = fake_project.root / "patches" / "renditions" / "0001-example" / "0.3.0.patch"
     assert "Applies-To: ==0.3.0" in written.read_text() and "-upstream rewrote line 20" in written.read_text()
-    again = forward.forward_port(fake_project.project, "0.3.0")
+    again = rebase_onto(fake_project.project, "0.3.0")
     assert _verdicts(again) == [("0001-example.patch", "carries-over")] and again.written
 
 
@@ -624,7 +632,7 @@ def test_a_name_the_release_renamed_around_the_patch_is_renamed_in_its_added_lin
     release = {"sglang/srt/layers/fused.py": FUSED_025.replace("get_global_server_args", "get_server_args"),
                "sglang/srt/context.py": "def get_server_args():\n    pass\n"}
     _release(fake_project, "0.3.0", files={**BASE_FILES, **release})
-    report = forward.forward_port(fake_project.project, "0.3.0")
+    report = rebase_onto(fake_project.project, "0.3.0")
     outcome = report.outcomes[0]
     assert (outcome.verdict, outcome.step) == ("new-rendition", "three-way + renames"), report.text()
     merged = next(a for a in outcome.attempts if a.how == "three-way")
@@ -652,7 +660,7 @@ def test_names_both_sides_added_to_one_import_list_are_both_kept(fake_project, t
     patched = PATHS_025.replace("    basename,\n", "    basename,\n    dirname,\n").replace("basename(name)", "dirname(name)")
     _python_pin(fake_project, tmp_path, {"sglang/srt/paths.py": PATHS_025}, {IMPORTS: patched}, "dirname", "paths: the folder")
     _release(fake_project, "0.3.0", files={**BASE_FILES, "sglang/srt/paths.py": PATHS_025.replace("    basename,\n", "    basename,\n    abspath,\n")})
-    report = forward.forward_port(fake_project.project, "0.3.0")
+    report = rebase_onto(fake_project.project, "0.3.0")
     outcome = report.outcomes[0]
     assert (outcome.verdict, outcome.step) == ("new-rendition", "merge-ort + both insertions"), report.text()
     text = (fake_project.root / "patches" / "renditions" / "0001-draft" / "0.3.0.patch").read_text()
@@ -660,9 +668,43 @@ def test_names_both_sides_added_to_one_import_list_are_both_kept(fake_project, t
 
 
 def test_a_conflict_on_lines_both_sides_changed_is_not_resolved_as_insertions():
-    from sglpatch.porters import resolve_insertions
+    from sglpatch.rebase.merge_tools import resolve_insertions
 
     both = "a\n<<<<<<< ours\nx1\n||||||| base\n=======\nx2\n>>>>>>> theirs\nb\n"
     assert resolve_insertions(both) == ("a\nx1\nx2\nb\n", 1)
     changed = "a\n<<<<<<< ours\nx1\n||||||| base\nx\n=======\nx2\n>>>>>>> theirs\nb\n"
     assert resolve_insertions(changed) == (None, 1)
+
+
+def test_every_patch_left_for_a_person_gets_its_candidate_in_the_prepared_tree_and_each_is_refreshed_back(fake_project, tmp_path, local_witnesses):
+    other = "python/sglang/srt/layers/other.py"
+    local_witnesses["other-20"] = TextWitness("other-20", other, "patched")
+    _add_pin(fake_project, "0.2.5", {**BASE_FILES, "sglang/srt/layers/other.py": _lines({})})
+    second = format_patch(tmp_path, {**tree_files("0.2.5"), other: _lines({})}, {other: _lines({20: "patched\n"})}, "other: patch line 20",
+                          trailers={"Witness": "other-20", "Applies-To": "==0.2.5"})
+    fake_project.set_patches([("0001-example.patch", _example_patch(tmp_path)), ("0002-other.patch", second)])
+    # The release rewrote the very line both patches change: neither ports by itself.
+    rewritten = _lines({20: "upstream rewrote line 20\n"})
+    _release(fake_project, "0.3.0", files={**BASE_FILES, "sglang/srt/layers/example.py": rewritten, "sglang/srt/layers/other.py": rewritten})
+    report = rebase_onto(fake_project.project, "0.3.0")
+    assert _verdicts(report) == [("0001-example.patch", "needs-hand-port"), ("0002-other.patch", "needs-hand-port")]
+    assert [o.prepared for o in report.outcomes] == ["build/port/0.3.0"] * 2
+    assert "the nearest candidate of 0001-example.patch, 0002-other.patch" in report.text()
+    prepared = fake_project.root / "build" / "port" / "0.3.0"
+    note = json.loads((prepared / ".git" / "sglpatch-port.json").read_text())
+    assert [(e["patch"], e["files"]) for e in note["patches"]] == [("0001-example.patch", [EXAMPLE]), ("0002-other.patch", [other])]
+    for path in (EXAMPLE, other):
+        text = (prepared / path).read_text()
+        assert "<<<<<<< " in text and "||||||| " in text and "upstream rewrote line 20" in text, path
+    with pytest.raises(SglpatchError, match="conflict marker"):
+        refresh_hand_port(fake_project.project, "0.3.0")
+    (prepared / EXAMPLE).write_text(_lines({20: "patched\n"}))
+    (prepared / other).write_text(_lines({20: "patched\n"}))
+    written = refresh_hand_port(fake_project.project, "0.3.0")
+    assert [p.relative_to(fake_project.root).as_posix() for p in written] == [
+        "patches/renditions/0001-example/0.3.0.patch", "patches/renditions/0002-other/0.3.0.patch"]
+    first, then = (p.read_text() for p in written)
+    assert "+patched" in first and "other.py" not in first.split("---\n", 1)[1]
+    assert "+patched" in then and "example.py" not in then.split("---\n", 1)[1]
+    again = rebase_onto(fake_project.project, "0.3.0")
+    assert _verdicts(again) == [("0001-example.patch", "carries-over"), ("0002-other.patch", "carries-over")] and again.written

@@ -2,7 +2,7 @@
 
 Usage: serve_check.py CONFIG_JSON
 
-A ROCm job (``sglpatch.matrix.rocm_job``) starts one server per launch configuration and runs every
+A ROCm job (``sglpatch.rocm.job``) starts one server per launch configuration and runs every
 check that shares it against it, each check in its own container in the server container's network:
 
 - ``"mode": "serve"``: start ``python -m sglang.launch_server`` with CONFIG "argv" (and "env"),

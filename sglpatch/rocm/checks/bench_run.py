@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 
 try:  # on the host the modules are a package; in the image they sit side by side
-    from sglpatch.rocm_checks import bench_metrics, power
+    from sglpatch.rocm.checks import bench_metrics, power
 except ImportError:
     import bench_metrics
     import power

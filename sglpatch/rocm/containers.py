@@ -1,37 +1,21 @@
-"""Docker mechanics of the ROCm tier: the patched image per pin, check containers, clean-up.
+"""Docker mechanics of a ROCm node: the engine, check containers, clean-up of ours only.
 
 Everything goes through the ``docker`` Python SDK against whatever engine ``DOCKER_HOST`` (or the
-default socket) names. Every image and container we make carries our labels, and clean-up removes
-only containers that carry them -- never anything else on a shared runner.
-
-The patched image is built ``FROM`` the pin's released ROCm image (or any image given), with the
-series' patch files for that pin applied to the sglang checkout inside it (``/sgl-workspace/sglang``
-in sglang's images, an editable install, so the patched code is what runs).
+default socket) names. Every container we make carries our labels (``sglpatch.rocm.constants``),
+and clean-up removes only containers that carry them -- never anything else on a shared runner.
+The patched image they run is ``sglpatch.rocm.image``'s.
 """
 
 from __future__ import annotations
 
-import io
 import os
-import re
-import tarfile
 import threading
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Callable
 
-from sglpatch.errors import SglpatchError, Unavailable
-
-CHECKOUT = "/sgl-workspace/sglang"
-TOOLS_DIR = "/opt/sglpatch"
-LABEL_OWNER = "io.sglpatch.owner"
-OWNER = "sglpatch"
-LABEL_PIN = "io.sglpatch.pin"
-LABEL_SERIES_VERSION = "io.sglpatch.series-version"
-LABEL_SERIES_HASH = "io.sglpatch.series-hash"
-LABEL_BASE = "io.sglpatch.base-image"
-LABEL_CELL = "io.sglpatch.cell"
+from sglpatch.errors import Unavailable
+from sglpatch.rocm.constants import LABEL_OWNER, OWNER
 
 # What sglang's own AMD CI gives its containers: the GPUs (kfd + dri render nodes), the video group,
 # a large /dev/shm for NCCL/RCCL, ptrace for debuggers and no seccomp filtering.
@@ -43,38 +27,6 @@ GPU_RUN_OPTIONS = {
     "security_opt": ["seccomp=unconfined"],
 }
 GPU_ENV = {"SGLANG_USE_AITER": "1"}
-
-# Applies the patch files in order inside the image; git where the checkout is a repository (as in
-# sglang's images), GNU patch otherwise. Any failure fails the build: no fuzz (a patch without
-# --fuzz, such as busybox's, refuses the option and fails the build), no partial series.
-APPLY_SCRIPT = """\
-#!/bin/sh
-set -eu
-checkout="$1"
-cd "$checkout"
-# The first patch program on PATH, by its path: a busybox shell would run its own applet for a
-# bare "patch" whatever PATH says.
-patch_program=""
-IFS=:
-for dir in $PATH; do
-    if [ -x "$dir/patch" ]; then patch_program="$dir/patch"; break; fi
-done
-unset IFS
-for patch in "$(dirname "$0")"/patches/*.patch; do
-    [ -e "$patch" ] || { echo "sglpatch: no patch for this pin; the image is the pristine release"; exit 0; }
-    echo "sglpatch: applying $(basename "$patch") to $checkout"
-    if command -v git >/dev/null 2>&1 && [ -d .git ]; then
-        git -c core.fileMode=false apply --whitespace=nowarn "$patch" || failed=1
-    elif [ -n "$patch_program" ]; then
-        "$patch_program" -p1 --forward --fuzz=0 --batch < "$patch" || failed=1
-    else
-        echo "sglpatch: neither git nor patch in the image"; exit 1
-    fi
-    if [ -n "${failed:-}" ]; then echo "sglpatch: $(basename "$patch") does not apply to $checkout"; exit 1; fi
-done
-echo "sglpatch: series applied"
-"""
-
 
 def connect(base_url: str | None = None, timeout: int = 600):
     """A client for the engine, pinged; raises ``Unavailable`` with the reason otherwise."""
@@ -89,99 +41,6 @@ def connect(base_url: str | None = None, timeout: int = 600):
         where = base_url or os.environ.get("DOCKER_HOST") or "the default socket"
         raise Unavailable(f"no docker engine at {where}: {str(exc)[:200]}") from None
     return client
-
-
-@dataclass(frozen=True)
-class PatchedImage:
-    """What to build: one patched image per pin and series."""
-
-    base_image: str
-    pin: str
-    series_version: str
-    series_hash: str
-    patches: tuple[tuple[str, Path], ...]  # (series name, rendition file) apply used for this pin, in order
-    tools: tuple[Path, ...] = ()  # check scripts copied to /opt/sglpatch/checks
-    checkout: str = CHECKOUT
-
-    @property
-    def tag(self) -> str:
-        return f"sglpatch/sglang:{self.pin}-s{self.series_version}-{self.series_hash[:12]}"
-
-    @property
-    def labels(self) -> dict[str, str]:
-        return {
-            LABEL_OWNER: OWNER,
-            LABEL_PIN: self.pin,
-            LABEL_SERIES_VERSION: self.series_version,
-            LABEL_SERIES_HASH: self.series_hash,
-            LABEL_BASE: self.base_image,
-        }
-
-    def dockerfile(self) -> str:
-        return "\n".join(
-            [
-                f"FROM {self.base_image}",
-                f"COPY sglpatch/ {TOOLS_DIR}/",
-                f'RUN ["/bin/sh", "{TOOLS_DIR}/apply-series.sh", "{self.checkout}"]',
-                "",
-            ]
-        )
-
-    def context(self) -> bytes:
-        """The build context as a tar: Dockerfile, the patches (numbered, in order), the tools."""
-        buffer = io.BytesIO()
-        with tarfile.open(fileobj=buffer, mode="w") as tar:
-            _add(tar, "Dockerfile", self.dockerfile().encode())
-            _add(tar, "sglpatch/apply-series.sh", APPLY_SCRIPT.encode(), 0o755)
-            for number, (name, path) in enumerate(self.patches, 1):
-                # The number keeps the series order in the script's glob; the name is the series'.
-                _add(tar, f"sglpatch/patches/{number:03d}_{name}", path.read_bytes())
-            for tool in self.tools:
-                _add(tar, f"sglpatch/checks/{tool.name}", tool.read_bytes(), 0o755)
-        return buffer.getvalue()
-
-
-def _add(tar: tarfile.TarFile, name: str, data: bytes, mode: int = 0o644) -> None:
-    info = tarfile.TarInfo(name)
-    info.size = len(data)
-    info.mode = mode
-    tar.addfile(info, io.BytesIO(data))
-
-
-_ANSI = re.compile(r"\x1b\[[0-9;]*m")
-
-
-class BuildFailed(SglpatchError):
-    pass
-
-
-def build_image(client, spec: PatchedImage, on_log: Callable[[str], None] = print, *, pull: bool = False) -> str:
-    """Build (the engine's layer cache makes a rebuild cheap) and return the image id, streaming the
-    build log line by line to ``on_log``."""
-    stream = client.api.build(
-        fileobj=io.BytesIO(spec.context()),
-        custom_context=True,
-        tag=spec.tag,
-        labels=spec.labels,
-        rm=True,
-        forcerm=True,
-        pull=pull,
-        decode=True,
-    )
-    image_id, tail = "", []
-    for chunk in stream:
-        if "stream" in chunk:
-            # The engine colours a step's stderr; the log is for files and CI pages, so plain text.
-            for line in _ANSI.sub("", chunk["stream"]).splitlines():
-                tail = (tail + [line])[-40:]
-                on_log(line)
-        if "error" in chunk:
-            raise BuildFailed(f"building {spec.tag} from {spec.base_image} failed: {chunk['error'].strip()}\n" + "\n".join(tail[-15:]))
-        if "aux" in chunk and "ID" in chunk["aux"]:
-            image_id = chunk["aux"]["ID"]
-    if not image_id:
-        image_id = client.images.get(spec.tag).id
-    return image_id
 
 
 @dataclass

@@ -11,44 +11,28 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import time
 from pathlib import Path
 
-from sglpatch.bench import report
+from sglpatch.bench import accuracy, report
 from sglpatch.bench.client import bench_client
 from sglpatch.bench.collect import collect, config_hash
-from sglpatch.bench.records import BenchRecord, write_bench_record
+from sglpatch.bench.records import BenchRecord, read_bench_records, write_bench_record
 from sglpatch.bench.workloads import workload as workload_named
-from sglpatch.errors import SglpatchError
-from sglpatch.matrix import containers
-from sglpatch.matrix.pin import prepare_pin
-from sglpatch.matrix.records import FAILED, SKIPPED, Part, last_json
-from sglpatch.matrix.rocm import HF_INSIDE, RocmOptions, patched_image, unavailable_reason
-from sglpatch.profile import Profile, load_profile
+from sglpatch.errors import SglpatchError, Unavailable
+from sglpatch.pin_under_test import prepare_pin
+from sglpatch.profile import load_profile
 from sglpatch.project import Project
-
-PROFILES = {"serving": "glm-5.2-mxfp4-mi355x-tp4dp2", "single-stream": "glm-5.2-mxfp4-mi355x"}
-OUT_INSIDE = "/sglpatch-out"
-MOE_INSIDE = "/opt/sglpatch/moe"
+from sglpatch.records import FAILED, SKIPPED, CellRecord, Part, combine, last_json, matrix_dir, write_record
+from sglpatch.rocm import containers
+from sglpatch.rocm.constants import CHECKS_INSIDE, HF_INSIDE, LABEL_CELL, OUT_INSIDE, STATE_INSIDE
+from sglpatch.rocm.image import build_image, patched_image
+from sglpatch.rocm.options import RocmOptions, unavailable_reason
+from sglpatch.rocm.profiles import PROFILES, launch_env, variants
 
 
 def bench_dir(project: Project) -> Path:
     return project.build_dir / "bench"
-
-
-def variants(profile: Profile) -> list[str]:
-    """The profile as shipped, then every variant it names (each its own server and record)."""
-    return ["as-shipped", *profile.variants]
-
-
-def launch_env(profile: Profile) -> tuple[dict[str, str], dict]:
-    """The profile's environment, with aiter pointed at its tuned MoE config where the file exists;
-    and the mount that brings the file into the container."""
-    env = dict(profile.env)
-    tuned = profile.moe_config_path()
-    if tuned is None:
-        return env, {}
-    env["AITER_CONFIG_FMOE"] = f"{MOE_INSIDE}/{tuned.name}"
-    return env, {str(tuned): (f"{MOE_INSIDE}/{tuned.name}", "ro")}
 
 
 def run_bench(project: Project, version: str, workload: str, options: RocmOptions | None = None, *,
@@ -75,7 +59,7 @@ def run_bench(project: Project, version: str, workload: str, options: RocmOption
         if pristine:
             spec = dataclasses.replace(spec, patches=())
         on_log(f"# building {spec.tag}{' (pristine)' if pristine else ''} FROM {spec.base_image}")
-        digest = containers.build_image(client, spec, on_log)
+        digest = build_image(client, spec, on_log)
         template = dataclasses.replace(template, image_digest=digest, base_image=spec.base_image)
         bench = bench_client(put.tree_path)
         env, mounts = launch_env(profile)
@@ -91,8 +75,8 @@ def run_bench(project: Project, version: str, workload: str, options: RocmOption
         mounts.update({str(raw): (OUT_INSIDE, "rw"), str(options.hf_cache): (HF_INSIDE, "rw")})
         if Path(model).is_absolute():
             mounts[model] = (model, "ro")
-        labels = {containers.LABEL_CELL: f"bench-{workload}-{version}", **spec.labels}
-        run = containers.run_check(client, digest, ["python3", f"{containers.TOOLS_DIR}/checks/bench_run.py", json.dumps(config)],
+        labels = {LABEL_CELL: f"bench-{workload}-{version}", **spec.labels}
+        run = containers.run_check(client, digest, ["python3", f"{CHECKS_INSIDE}/bench_run.py", json.dumps(config)],
                                    labels, containers.RunOptions(gpu=options.gpu, mounts=mounts, network=options.network,
                                                                  timeout=options.cell_timeout), on_log)
         (raw / "container.log").write_text(run.log)
@@ -109,7 +93,7 @@ def run_bench(project: Project, version: str, workload: str, options: RocmOption
             record.settle()
             records.append(record)
     finally:
-        containers.remove_ours(client, {containers.LABEL_CELL: f"bench-{workload}-{version}"})
+        containers.remove_ours(client, {LABEL_CELL: f"bench-{workload}-{version}"})
     for record in records:
         write_bench_record(record, out / "records")
     render(project, records)
@@ -131,8 +115,6 @@ def _write_skip(template: BenchRecord, variant: str, reason: str, out: Path) -> 
 
 def render(project: Project, records: list[BenchRecord]) -> list[Path]:
     """The table (build/bench/bench.md, all records so far) and one plot per serving record."""
-    from sglpatch.bench.records import read_bench_records
-
     out = bench_dir(project)
     table = out / "bench.md"
     table.write_text(report.render_bench_markdown(read_bench_records(out / "records")))
@@ -145,18 +127,13 @@ def render(project: Project, records: list[BenchRecord]) -> list[Path]:
 
 def run_accuracy(project: Project, version: str, options: RocmOptions | None = None, on_log=print):
     """accuracy(rocm, PIN): the gate's record (a matrix record of check "accuracy")."""
-    import time
-
-    from sglpatch.bench import accuracy
-    from sglpatch.matrix.records import CellRecord, write_record
-
     options = options or RocmOptions()
     profile = load_profile(PROFILES["single-stream"])  # MTP 5/1/6 as sglang's AMD CI runs it
     model = options.model or os.environ.get("SGLPATCH_MODEL") or profile.model
     series = project.series()
     record = CellRecord("rocm", "accuracy", version, None, series.version, series.digest(), SKIPPED)
     started = time.monotonic()
-    out = project.build_dir / "matrix"
+    out = matrix_dir(project)
     reason, client = unavailable_reason(options)
     if reason:
         record.parts.append(Part("accuracy in a patched ROCm container", SKIPPED, reason))
@@ -164,19 +141,19 @@ def run_accuracy(project: Project, version: str, options: RocmOptions | None = N
         try:
             put = prepare_pin(project, version)
             spec = patched_image(put, options)
-            record.image_digest = containers.build_image(client, spec, on_log)
+            record.image_digest = build_image(client, spec, on_log)
             record.tree = put.patched_tree
             env, mounts = launch_env(profile)
             state = out / "rocm-state" / version
             state.mkdir(parents=True, exist_ok=True)
-            mounts.update({str(state): ("/sglpatch-state", "rw"), str(options.hf_cache): (HF_INSIDE, "rw")})
+            mounts.update({str(state): (STATE_INSIDE, "rw"), str(options.hf_cache): (HF_INSIDE, "rw")})
             if Path(model).is_absolute():
                 mounts[model] = (model, "ro")
             config = {"argv": profile.server_args(model), "env": env, "timeout": options.server_timeout,
-                      "state": "/sglpatch-state", "questions": accuracy.QUESTIONS, "shots": accuracy.SHOTS}
+                      "state": STATE_INSIDE, "questions": accuracy.QUESTIONS, "shots": accuracy.SHOTS}
             run = containers.run_check(client, record.image_digest,
-                                       ["python3", f"{containers.TOOLS_DIR}/checks/accuracy_check.py", json.dumps(config)],
-                                       {containers.LABEL_CELL: record.cell_id, **spec.labels},
+                                       ["python3", f"{CHECKS_INSIDE}/accuracy_check.py", json.dumps(config)],
+                                       {LABEL_CELL: record.cell_id, **spec.labels},
                                        containers.RunOptions(gpu=options.gpu, mounts=mounts, network=options.network,
                                                              timeout=options.cell_timeout, env=env), on_log)
             figures = last_json(run.log)
@@ -188,8 +165,7 @@ def run_accuracy(project: Project, version: str, options: RocmOptions | None = N
         except SglpatchError as exc:
             record.parts.append(Part("accuracy in a patched ROCm container", FAILED, str(exc)[:1000]))
         finally:
-            containers.remove_ours(client, {containers.LABEL_CELL: record.cell_id})
-    from sglpatch.matrix.records import combine
+            containers.remove_ours(client, {LABEL_CELL: record.cell_id})
 
     record.outcome, record.reason = combine(record.parts)
     record.seconds = round(time.monotonic() - started, 2)
@@ -200,8 +176,6 @@ def run_accuracy(project: Project, version: str, options: RocmOptions | None = N
 def untuned_rows(project: Project, version: str) -> list[list[str]]:
     """The MoE shapes aiter logged as untuned in this pin's serving records, as rows of aiter's
     untuned CSV (the log's tuple less its first two fields, the GPU and its CU count)."""
-    from sglpatch.bench.records import read_bench_records
-
     rows = []
     for record in read_bench_records(bench_dir(project) / "records"):
         if record.pin != version or record.workload != "serving":
@@ -223,18 +197,16 @@ def run_tune_moe(project: Project, version: str, options: RocmOptions | None = N
         raise SglpatchError(f"no untuned MoE shape in the serving records of {version}: run bench(rocm, {version}, serving) first")
     reason, client = unavailable_reason(options)
     if reason:
-        from sglpatch.errors import Unavailable
-
         raise Unavailable(reason)
     target = profile.path.parent / profile.tuned_moe_config
     work = bench_dir(project) / "tune-moe" / version
     work.mkdir(parents=True, exist_ok=True)
     put = prepare_pin(project, version)
     spec = patched_image(put, options)
-    digest = containers.build_image(client, spec, on_log)
+    digest = build_image(client, spec, on_log)
     config = {"rows": rows, "out": "/sglpatch-tune/tuned_fmoe.csv", "work": "/sglpatch-tune"}
-    run = containers.run_check(client, digest, ["python3", f"{containers.TOOLS_DIR}/checks/tune_moe.py", json.dumps(config)],
-                               {containers.LABEL_CELL: f"tune-moe-{version}", **spec.labels},
+    run = containers.run_check(client, digest, ["python3", f"{CHECKS_INSIDE}/tune_moe.py", json.dumps(config)],
+                               {LABEL_CELL: f"tune-moe-{version}", **spec.labels},
                                containers.RunOptions(gpu=options.gpu, mounts={str(work): ("/sglpatch-tune", "rw")},
                                                      network=options.network, timeout=options.cell_timeout), on_log)
     result = last_json(run.log) or {}

@@ -1,8 +1,10 @@
-"""Test-matrix records: one JSON record per cell, and the markdown table rendered from them.
+"""Check records, shared by the test matrix, the bench and the ROCm job: the outcomes, the parts a
+record is judged by, one JSON record per matrix cell (the accuracy gate's too), and reading JSON
+records and a check script's figures back.
 
 A record is self-describing (pin, series version and hash, image digest, GPU, check, outcome,
-figures, log path), so the table can be rebuilt from a folder of records alone -- for example from
-the artifacts a CI matrix uploads, each job holding one cell.
+figures, log path), so a table can be rebuilt from a folder of records alone -- for example from
+the artifacts a CI matrix uploads, each job holding one cell (``sglpatch.matrix.table``).
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from sglpatch.cache import write_atomically
+from sglpatch.project import Project
 
 PASSED = "passed"
 FAILED = "failed"
@@ -21,9 +24,6 @@ PARTIAL = "partial"  # what ran passed, some parts could not run here; the reaso
 OUTCOMES = (PASSED, FAILED, PARTIAL, SKIPPED)
 # An outcome that fails a nox session or a CI job. Skipped and partial cells are reported, not hidden.
 FAILING = (FAILED,)
-
-SYMBOLS = {PASSED: "pass", FAILED: "FAIL", PARTIAL: "partial", SKIPPED: "skip"}
-
 
 @dataclass
 class Part:
@@ -66,6 +66,11 @@ class CellRecord:
         data = dict(data)
         data["parts"] = [Part(**part) for part in data.get("parts", [])]
         return cls(**data)
+
+
+def matrix_dir(project: Project) -> Path:
+    """build/matrix: the matrix's records, logs, apply reports and ROCm state."""
+    return project.build_dir / "matrix"
 
 
 def cell_id(tier: str, check: str, pin: str, depth: int | None) -> str:
@@ -116,64 +121,6 @@ def read_records(folder: Path) -> list[CellRecord]:
     """Every cell record under ``folder``."""
     return [CellRecord.from_dict(data) for data in json_objects(folder)
             if {"tier", "check", "pin", "outcome"} <= data.keys()]
-
-
-def _column(record: CellRecord) -> str:
-    return record.check if record.depth is None else f"spec d{record.depth}"
-
-
-def _sort_key(version: str):
-    from packaging.version import Version
-
-    return Version(version)
-
-
-def render_markdown(records: list[CellRecord]) -> str:
-    """One table per tier: a row per pin, a column per check (build, load, spec d1..d6), then the
-    reasons for every cell that did not pass."""
-    if not records:
-        return "_no matrix records_\n"
-    out = []
-    for tier in sorted({r.tier for r in records}):
-        tier_records = [r for r in records if r.tier == tier]
-        columns = sorted({_column(r) for r in tier_records}, key=_column_order)
-        series = sorted({f"v{r.series_version} ({r.series_hash[:12]})" for r in tier_records})
-        gpus = sorted({r.gpu for r in tier_records if r.gpu})
-        out.append(f"### {tier} tier — series {', '.join(series)}" + (f" — {', '.join(gpus)}" if gpus else ""))
-        out.append("")
-        out.append("| pin | " + " | ".join(columns) + " |")
-        out.append("|---|" + "---|" * len(columns))
-        by_cell = {(r.pin, _column(r)): r for r in tier_records}
-        for pin in sorted({r.pin for r in tier_records}, key=_sort_key):
-            cells = []
-            for column in columns:
-                record = by_cell.get((pin, column))
-                cells.append(SYMBOLS.get(record.outcome, record.outcome) + _figure(record) if record else "—")
-            out.append(f"| {pin} | " + " | ".join(cells) + " |")
-        notes = [r for r in tier_records if r.outcome != PASSED]
-        if notes:
-            out.append("")
-            for record in sorted(notes, key=lambda r: (_sort_key(r.pin), _column_order(_column(r)))):
-                out.append(f"- {record.pin} {_column(record)}: **{record.outcome}** — {record.reason}")
-        out.append("")
-    return "\n".join(out)
-
-
-def _figure(record: CellRecord) -> str:
-    """The one figure worth showing in a cell: decode speed and accept length of a spec cell."""
-    figures = record.figures
-    shown = []
-    if "decode_tok_s" in figures:
-        shown.append(f"{figures['decode_tok_s']:.0f} tok/s")
-    if "accept_length" in figures:
-        shown.append(f"acc {figures['accept_length']:.2f}")
-    return f" ({', '.join(shown)})" if shown else ""
-
-
-def _column_order(column: str) -> tuple[int, int]:
-    if column.startswith("spec d"):
-        return (2, int(column.removeprefix("spec d")))
-    return ({"build": 0, "load": 1}.get(column, 3), 0)
 
 
 def last_json(stdout: str) -> dict | None:

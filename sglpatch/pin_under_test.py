@@ -1,4 +1,7 @@
-"""The pin under test: a pin with the series applied, its trees, and what the series touches there."""
+"""The pin under test: a pin with the series applied, its trees, and what the series touches there.
+
+What the matrix's tiers check, the patched image is built from (``sglpatch.rocm.image``) and the
+bench measures."""
 
 from __future__ import annotations
 
@@ -7,12 +10,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from sglpatch import cache, diffs
-from sglpatch.apply import NOT_APPLICABLE, NOT_NEEDED, PinResult, checkout_commit
+from sglpatch.apply import PinResult
+from sglpatch.checkouts import checkout_commit
 from sglpatch.errors import SglpatchError
 from sglpatch.gitcmd import git_out
-from sglpatch.matrix.cells import matrix_dir
+from sglpatch.outcomes import Outcome
 from sglpatch.pins import Pin
 from sglpatch.project import Project, apply_series
+from sglpatch.records import matrix_dir
 
 
 @dataclass
@@ -37,7 +42,7 @@ class PinUnderTest:
         return sorted(self.kernel_patches)
 
     def applied(self):
-        return [o for o in self.result.patches if o.commit and o.status not in (NOT_NEEDED, NOT_APPLICABLE)]
+        return [o for o in self.result.patches if o.commit and o.status not in (Outcome.NOT_NEEDED, Outcome.NOT_APPLICABLE)]
 
 
 def prepare_pin(project: Project, version: str) -> PinUnderTest:
@@ -58,7 +63,7 @@ def prepare_pin(project: Project, version: str) -> PinUnderTest:
     for patch in series.patches:
         rendition = patch.for_version(version)
         outcome = next((o for o in result.patches if o.name == patch.name), None)
-        if rendition is None or outcome is None or outcome.status == NOT_APPLICABLE:
+        if rendition is None or outcome is None or outcome.status == Outcome.NOT_APPLICABLE:
             continue
         existing, created = diffs.touched_paths(diffs.parse_diff(rendition))
         for path in existing + created:

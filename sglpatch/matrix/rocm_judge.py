@@ -1,45 +1,16 @@
-"""The ROCm tier: the matrix's checks run in a patched ROCm image on AMD GPUs, through docker.
-
-What a tier needs: the pin's patched image (built ``FROM`` its released ROCm image, with the series
-applied inside), the options of a run, and the judgement of the figures the in-image check scripts
-(``sglpatch/rocm_checks/``) print, against the same check definitions the CPU tier uses
-(``sglpatch.matrix.cells.CHECKS``). Running the checks is ``sglpatch.matrix.rocm_job``'s: one job
-per pin, one server per launch configuration, shared by the checks that launch the same one; a
-cell alone (``run_rocm_cell``) is a job of one cell. Without a docker engine or without
-``/dev/kfd`` a cell is recorded as skipped, with the reason -- never as a failure of a machine that
-cannot run it.
+"""The ROCm tier's judgement: the matrix's checks (``sglpatch.matrix.cells.CHECKS``, the same the
+CPU tier uses) applied to the figures the in-image check scripts (``sglpatch/rocm/checks/``)
+print, in the patched ROCm image on AMD GPUs. Running the checks is ``sglpatch.rocm.job``'s: one
+job per pin, one server per launch configuration, shared by the checks that launch the same one;
+a cell alone is a job of one cell.
 """
 
 from __future__ import annotations
 
-import os
-from dataclasses import dataclass, field
-from pathlib import Path
-
-from sglpatch.errors import SglpatchError, Unavailable
-from sglpatch.matrix import containers
-from sglpatch.matrix.cells import Cell, validate_cell
-from sglpatch.matrix.pin import PinUnderTest
-from sglpatch.matrix.records import FAILED, PASSED, SKIPPED, CellRecord, Part, last_json
-from sglpatch.project import Project
-
-CHECK_SCRIPTS = Path(__file__).parent.parent / "rocm_checks"
-# The CPU probes' checkpoint generator, run in the image to write the bug-level cells' checkpoint.
-CHECKPOINT_SCRIPTS = tuple(Path(__file__).parent.parent / "witnesses" / "probes" / name
-                           for name in ("glm_checkpoint.py", "quark_checkpoint.py"))
-KFD = Path("/dev/kfd")
-IMAGE_ENV = "SGLPATCH_ROCM_IMAGE"  # a base image for every pin; "{version}" is replaced by the pin
-STATE_INSIDE = "/sglpatch-state"
-HF_INSIDE = "/root/.cache/huggingface"
-CHECKPOINT_INSIDE = "/sglpatch-checkpoint"
-MATRIX_MODEL_ENV = "SGLPATCH_MATRIX_MODEL"  # a model folder for the matrix cells instead of the synthetic checkpoint
-NODE_GPUS = 8
-
-# Accept length (tokens per verify step, at most d + 1). The one published floor: sglang's own AMD
-# CI asserts >= 5.0 for GLM-5.2 MXFP4 with MTP 5/1/6 (--kv-cache-dtype fp8_e4m3, SGLANG_USE_AITER=1).
-# The other depths take the same per-token acceptance a: a chain of d drafts accepts
-# 1 + a + ... + a^d tokens per step, and a is the one that gives 5.0 at depth 5.
-SGLANG_CI_DEPTH, SGLANG_CI_ACCEPT_LENGTH = 5, 5.0
+from sglpatch.matrix.cells import Cell
+from sglpatch.records import FAILED, PASSED, SKIPPED, CellRecord, Part, last_json
+from sglpatch.rocm.constants import SGLANG_CI_ACCEPT_LENGTH, SGLANG_CI_DEPTH
+from sglpatch.rocm.containers import ContainerRun
 
 
 def _chain_accept_length(acceptance: float, depth: int) -> float:
@@ -54,6 +25,9 @@ def _acceptance_for(depth: int, length: float) -> float:
     return low
 
 
+# Accept length floors: sglang's AMD CI figure at its depth (SGLANG_CI_ACCEPT_LENGTH, at most d + 1
+# tokens per verify step); the other depths take the same per-token acceptance a: a chain of d
+# drafts accepts 1 + a + ... + a^d tokens per step, and a is the one that gives 5.0 at depth 5.
 ACCEPTANCE = _acceptance_for(SGLANG_CI_DEPTH, SGLANG_CI_ACCEPT_LENGTH)
 ACCEPT_LENGTH_FLOORS = {d: round(_chain_accept_length(ACCEPTANCE, d), 2) for d in range(1, 7)}
 ACCEPT_LENGTH_FLOORS[SGLANG_CI_DEPTH] = SGLANG_CI_ACCEPT_LENGTH
@@ -70,84 +44,7 @@ COLLAPSE_PART = "decode speed not collapsed against the non-speculative decode"
 BURST = 32
 
 
-@dataclass
-class RocmOptions:
-    base_image: str | None = None  # default: $SGLPATCH_ROCM_IMAGE, else the pin's rocm_image
-    model: str | None = None  # default: $SGLPATCH_MODEL, else the profile's model folder
-    hf_cache: Path = field(default_factory=lambda: Path(os.environ.get("HF_HOME") or Path.home() / ".cache" / "huggingface"))
-    docker_url: str | None = None  # default: $DOCKER_HOST or the local socket
-    gpu: bool = True  # the AMD CI device flags, and /dev/kfd required
-    server_timeout: int = 2400  # seconds for a server to become healthy
-    health_poll_s: float = 5.0  # seconds between a starting server's health probes
-    cell_timeout: int = 4 * 3600  # seconds for one check's container
-    network: str = "host"
-    # The build, load and spec cells' model: None, the synthetic checkpoint the job writes
-    # (glm_checkpoint.py --size rocm: random weights, served at its own TP, several servers on the
-    # node at once); a folder (or $SGLPATCH_MATRIX_MODEL), that model with the profile as shipped,
-    # one server at a time, its accept length and greedy outputs judged too. The accuracy gate and
-    # the bench always serve ``model``.
-    matrix_model: str | None = field(default_factory=lambda: os.environ.get(MATRIX_MODEL_ENV) or None)
-    gpus: int = NODE_GPUS  # a runner's GPUs, shared out between synthetic-checkpoint servers
-
-    @property
-    def synthetic(self) -> bool:
-        return self.matrix_model is None
-
-    def image_for(self, version: str, pinned_image: str) -> str:
-        template = self.base_image or os.environ.get(IMAGE_ENV)
-        return template.replace("{version}", version) if template else pinned_image
-
-
-def unavailable_reason(options: RocmOptions):
-    """(None, client) where the tier can run; (the reason, None) where it cannot."""
-    if options.gpu and not KFD.exists():
-        return f"no AMD GPU here: {KFD} does not exist (the ROCm tier needs a ROCm runner)", None
-    try:
-        return None, containers.connect(options.docker_url)
-    except Unavailable as exc:
-        return str(exc), None
-
-
-def run_rocm_cell(project: Project, cell: Cell, options: RocmOptions | None = None, on_log=print) -> CellRecord:
-    """One cell alone, for a person debugging it: a ROCm job of that one cell
-    (``sglpatch.matrix.rocm_job``), reusing the pin's non-speculative baseline measured before on
-    the same image where there is one."""
-    from sglpatch.matrix import rocm_job
-
-    validate_cell(cell)
-    if cell.tier != "rocm":
-        raise SglpatchError(f"{cell.label}: the ROCm tier runs rocm cells only")
-    item = rocm_job.Item(cell.check, cell.depth)
-    return rocm_job.run_job(project, cell.pin, [item], options, on_log=on_log, reuse_baselines=True).records[0]
-
-
-def build_patched_image(client, put: PinUnderTest, options: RocmOptions, on_log=print) -> tuple[containers.PatchedImage, str]:
-    """The pin's patched image, built FROM its released image (the engine's layer cache makes a
-    rebuild cheap): what a matrix cell runs in, and what ``sglpatch image`` gives users."""
-    spec = patched_image(put, options)
-    on_log(f"# building {spec.tag} FROM {spec.base_image}")
-    return spec, containers.build_image(client, spec, on_log)
-
-
-def patched_image(put: PinUnderTest, options: RocmOptions) -> containers.PatchedImage:
-    patches = [(outcome.name, Path(outcome.rendition)) for outcome in put.applied()]
-    return image_spec(put.pin, put.series_version, put.series_hash, patches, options)
-
-
-def image_spec(pin, series_version: str, series_hash: str, patches: list[tuple[str, Path]],
-               options: RocmOptions) -> containers.PatchedImage:
-    """The patched image of ``pin`` with ``patches`` ((series name, rendition file), in order)."""
-    return containers.PatchedImage(
-        base_image=options.image_for(pin.version, pin.rocm_image),
-        pin=pin.version,
-        series_version=series_version,
-        series_hash=series_hash,
-        patches=tuple(patches),
-        tools=(*sorted(CHECK_SCRIPTS.glob("*.py")), *CHECKPOINT_SCRIPTS),
-    )
-
-
-def judge(cell: Cell, run: containers.ContainerRun, record: CellRecord) -> None:
+def judge(cell: Cell, run: ContainerRun, record: CellRecord) -> None:
     """The check definitions applied to what the container printed."""
     figures = run_figures(cell.check, run, record)
     if figures is not None:
@@ -156,7 +53,7 @@ def judge(cell: Cell, run: containers.ContainerRun, record: CellRecord) -> None:
         judge_figures(cell, figures, record)
 
 
-def run_figures(check: str, run: containers.ContainerRun, record: CellRecord) -> dict | None:
+def run_figures(check: str, run: ContainerRun, record: CellRecord) -> dict | None:
     """The figures a check container printed last; None, with the failed part recorded, where it
     did not start, timed out or printed none."""
     where = f"{check} in the patched image"

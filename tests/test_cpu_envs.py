@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO_ROOT
-from sglpatch import progress, pyenv
+from sglpatch import cpu_envs, probe_children, probe_runs, progress
 from sglpatch.pins import load_pins
 
 PINS = load_pins(REPO_ROOT / "upstream" / "pins.toml")
@@ -24,7 +24,7 @@ def _probe(tmp_path: Path, source: str, python: str = sys.executable) -> dict:
     script = tmp_path / "probe.py"
     script.write_text(textwrap.dedent(source))
     done = subprocess.run(
-        [python, str(script)], env={"PYTHONPATH": str(pyenv.PROBES), "PATH": "/usr/bin:/bin"},
+        [python, str(script)], env={"PYTHONPATH": str(probe_children.PROBES), "PATH": "/usr/bin:/bin"},
         capture_output=True, text=True, timeout=600,
     )
     assert done.returncode == 0, done.stderr
@@ -137,8 +137,8 @@ def test_the_environments_packages_are_compiled_once_into_the_cache_and_not_besi
 def test_each_pin_gets_the_transformers_its_own_metadata_pins():
     versions: dict[str, tuple[str, str]] = {}  # one interpreter per environment, however many pins share it
     for pin in PINS.pins:
-        wanted = {str(r.name).lower(): str(r.specifier) for r in pyenv.pin_requirements(pin)}
-        python = str(pyenv.cpu_python(pin).python)
+        wanted = {str(r.name).lower(): str(r.specifier) for r in cpu_envs.pin_requirements(pin)}
+        python = str(probe_runs.cpu_python(pin).python)
         if python not in versions:
             done = subprocess.run(
                 [python, "-c", "import transformers, torch; print(transformers.__version__, torch.__version__)"],
@@ -152,7 +152,7 @@ def test_each_pin_gets_the_transformers_its_own_metadata_pins():
 
 @pytest.mark.network
 def test_hip_emulation_makes_torch_report_the_chosen_amd_gpu(tmp_path):
-    python = pyenv.cpu_python(PINS.newest)
+    python = probe_runs.cpu_python(PINS.newest)
     answer = _probe(tmp_path, """
         import json, subprocess, hip_emulation, torch
         hip_emulation.emulate()
@@ -175,20 +175,20 @@ def test_a_failed_environment_build_is_unavailable_leaves_nothing_and_is_not_ret
     monkeypatch.setenv("SGLPATCH_CACHE_DIR", str(tmp_path / "cache"))
     requirements = tmp_path / "requirements-cpu.txt"
     requirements.write_text("sglpatch-there-is-no-such-package==0.0.1\n")
-    monkeypatch.setattr(pyenv, "REQUIREMENTS", requirements)
+    monkeypatch.setattr(cpu_envs, "REQUIREMENTS", requirements)
     monkeypatch.setenv("PIP_INDEX_URL", (tmp_path / "empty-index").as_uri())
     monkeypatch.setenv("PIP_NO_INDEX", "1")
-    with pytest.raises(pyenv.EnvUnavailable, match="CPU witness environment \\(base\\): pip failed"):
-        pyenv._base_env()
+    with pytest.raises(cpu_envs.EnvUnavailable, match="CPU witness environment \\(base\\): pip failed"):
+        cpu_envs.base_env()
     assert not [p for p in (tmp_path / "cache" / "pyenv").glob("base-*") if p.is_dir()], "a half-built environment was left"
     # The next tree asking in this process gets the same answer without pip failing again.
-    monkeypatch.setattr(pyenv, "_pip", lambda *args: pytest.fail("pip ran again for a build that failed"))
-    with pytest.raises(pyenv.EnvUnavailable, match="pip failed"):
-        pyenv._base_env()
+    monkeypatch.setattr(cpu_envs, "_pip", lambda *args: pytest.fail("pip ran again for a build that failed"))
+    with pytest.raises(cpu_envs.EnvUnavailable, match="pip failed"):
+        cpu_envs.base_env()
 
 
 def test_a_probe_script_that_hangs_is_killed_and_the_result_names_it(tmp_path):
-    python = pyenv.CpuPython(Path(sys.executable))
+    python = probe_runs.CpuPython(Path(sys.executable))
     script = tmp_path / "hangs.py"
     script.write_text("import subprocess, sys, time\nsubprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)'])\n"
                       "print('started', flush=True)\ntime.sleep(600)\n")
@@ -212,11 +212,11 @@ def test_building_the_environment_says_which_package_it_is_on(tmp_path, monkeypa
         wheel.writestr("sglpatch_tiny-1.0.dist-info/RECORD", "")
     requirements = tmp_path / "requirements-cpu.txt"
     requirements.write_text("sglpatch-tiny==1.0\n")
-    monkeypatch.setattr(pyenv, "REQUIREMENTS", requirements)
+    monkeypatch.setattr(cpu_envs, "REQUIREMENTS", requirements)
     monkeypatch.setenv("PIP_NO_INDEX", "1")
     monkeypatch.setenv("PIP_FIND_LINKS", str(links))
     progress.configure("lines")
-    env = pyenv._base_env()
+    env = cpu_envs.base_env()
     lines = capsys.readouterr().err.splitlines()
     said = [line.split(" ", 1)[1] for line in lines]
     assert said[0] == "CPU Python for the witnesses: base ..."
@@ -246,11 +246,11 @@ def test_distinct_overlays_are_built_once_each_and_side_by_side(tmp_path, monkey
             built.append(wanted["transformers"])
         return tmp_path / wanted["transformers"]
 
-    monkeypatch.setattr(pyenv, "_base_env", lambda: base)
-    monkeypatch.setattr(pyenv, "_installed_versions", lambda env: {})
-    monkeypatch.setattr(pyenv, "overlay_requirements", lambda pin, index, have: wants[pin.version])
-    monkeypatch.setattr(pyenv, "_overlay_env", build)
+    monkeypatch.setattr(cpu_envs, "base_env", lambda: base)
+    monkeypatch.setattr(cpu_envs, "installed_versions", lambda env: {})
+    monkeypatch.setattr(cpu_envs, "overlay_requirements", lambda pin, index, have: wants[pin.version])
+    monkeypatch.setattr(cpu_envs, "overlay_env", build)
     pins = [type("P", (), {"version": v})() for v in wants]
-    pythons = pyenv.cpu_pythons(pins, jobs=2)
+    pythons = probe_runs.cpu_pythons(pins, jobs=2)
     assert sorted(built[:2]) == ["==5.3.0", "==5.8.1"] and max(overlapped) == 2
     assert [p.overlay for p in pythons] == list(wants.values())

@@ -3,7 +3,7 @@
 Each takes the rendition's diff, the pristine commit of the release it was made for (``base``, its
 objects borrowed into the trial repository) and the commit to port onto (the new release's pristine
 tree with the patches accepted before), and proposes a tree -- or says why it could not. None of
-them decides: the judge (``sglpatch.judge``) does.
+them decides: the judge (``sglpatch.rebase.judge``) does.
 
 - ``merge_ort``: git's own merge (merge-ort, rename detection on) of the rendition's commit, made on
   the tree it was made for, onto the new tree -- a cherry-pick, run with ``git merge-tree
@@ -28,12 +28,13 @@ from pathlib import Path
 
 import unidiff
 
-from sglpatch.apply import reverse_applies
 from sglpatch.errors import SglpatchError
 from sglpatch.gitcmd import IDENTITY_EMAIL, IDENTITY_NAME, commit_env, git_out, run_git
+from sglpatch.index_apply import reverse_applies
 from sglpatch.processes import declared_env, run_tool
 
-_FIXED = commit_env(IDENTITY_NAME, IDENTITY_EMAIL, "1970-01-01T00:00:00Z")
+# Commits of the trial history only, under one identity and date, so their hashes reproduce.
+FIXED_COMMIT_ENV = commit_env(IDENTITY_NAME, IDENTITY_EMAIL, "1970-01-01T00:00:00Z")
 WIGGLE_TIMEOUT_S = 120
 
 
@@ -60,12 +61,12 @@ def patched_base(repo: Path, base: str, diff: str, scratch: Path) -> tuple[str, 
     if applied.returncode != 0:
         return "", "does not apply to the tree it was made for: " + applied.stderr.decode(errors="replace").strip()[-600:]
     tree = git_out(["write-tree"], repo, env=env)
-    return git_out(["commit-tree", tree, "-p", base, "-m", "rendition"], repo, env=_FIXED), ""
+    return git_out(["commit-tree", tree, "-p", base, "-m", "rendition"], repo, env=FIXED_COMMIT_ENV), ""
 
 
 def _graft(repo: Path, onto: str, base: str) -> str:
     """The tree of ``onto`` as a child of ``base``, so a merge takes ``base`` as the merge base."""
-    return git_out(["commit-tree", f"{onto}^{{tree}}", "-p", base, "-m", "release"], repo, env=_FIXED)
+    return git_out(["commit-tree", f"{onto}^{{tree}}", "-p", base, "-m", "release"], repo, env=FIXED_COMMIT_ENV)
 
 
 def _changed(repo: Path, a: str, b: str) -> list[str]:

@@ -1,30 +1,15 @@
 """One ROCm job per pin: the patched image built once, each sglang server started once per launch
-configuration and reused by every check that launches the same one, the checks in sequence.
+configuration and reused by every check that launches the same one, the checks in sequence; a
+cell alone (``run_rocm_cell``) is a job of one cell. What runs, which checks share a server and
+which lanes run at once is the job's plan (``sglpatch.matrix.job_plan``), the same the CI plan
+estimates; the runner here carries it out. Of ``sglpatch.rocm`` this module alone runs the
+matrix's and the bench's checks, so it alone imports them.
 
-A launch configuration is the exact ``sglang.launch_server`` argv and environment a check needs,
-derived as the checks define it: the matrix cells from the launch profile and the depth
-(``sglpatch.matrix.cells``), the accuracy gate and the bench from the bench's profiles
-(``sglpatch.bench.rocm``). Checks whose configurations are equal share one server. In a pin's
-matrix job load and the depth-5 spec cell launch the profile as shipped (MTP 5/1/6): one server;
-every other depth is its own; so is the non-speculative run the spec cells' greedy outputs and
-decode speed are compared with. ``job_groups`` decides this, and ``phases`` the order and what
-runs at once, for the runner (``run_job``) and for the CI plan's estimate
-(``sglpatch.matrix.plan``) alike.
-
-The matrix cells (build, load, spec) serve a synthetic checkpoint the job writes once, in the
-patched image, with the CPU probes' generator scaled (``glm_checkpoint.py --size rocm``: GLM-5's
-architecture with its MTP layer and a Quark MXFP4 ``quantization_config`` keeping the MTP shared
-expert bf16, random weights and zeroed final norms, about 1.0 GB), mounted read-only into every
-server: the bugs the series fixes show when the draft layer is built and loaded and when the
-kernels compile, at any size. It is served at TP2 (``SYNTHETIC_TP``), so four servers share the node at once, each on its
-own GPUs and port (a lane). The full model (``RocmOptions.model``) serves only the accuracy gate
-and the bench (the weekly job), and the matrix cells where ``matrix_model`` asks for it.
-
-Mechanics: a server runs in a long-lived container (``serve_check.py`` in its serve mode); each
-check of its group runs in a short container of the same image that joins the server container's
-network and talks to it by URL; a check that needs no server (build) runs in its own container.
-Every container carries our labels and the job's, and is stopped and removed when its group is
-done, whatever happened. One record per cell (judged by ``sglpatch.matrix.rocm``, the gate by
+Mechanics: a server runs in a long-lived container (``sglpatch.rocm.server``); each check of its
+group runs in a short container of the same image that joins the server container's network and
+talks to it by URL; a check that needs no server (build) runs in its own container. Every
+container carries our labels and the job's, and is stopped and removed when its group is done,
+whatever happened. One record per cell (judged by ``sglpatch.matrix.rocm_judge``, the gate by
 ``sglpatch.bench.accuracy``) and one job record listing the servers started, which the plan reads
 its durations from. Without a docker engine or ``/dev/kfd`` every record says skipped, with the
 reason.
@@ -35,381 +20,38 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import re
 import shutil
 import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from sglpatch.bench import accuracy
-from sglpatch.bench import rocm as bench_rocm
+from sglpatch.bench import accuracy, on_rocm_node
 from sglpatch.cache import write_atomically
 from sglpatch.errors import SglpatchError
-from sglpatch.matrix import containers
-from sglpatch.matrix.cells import DEPTHS, PROFILE, Cell, depth_argv, matrix_dir
-from sglpatch.matrix.pin import prepare_pin
-from sglpatch.matrix.records import FAILED, PASSED, SKIPPED, CellRecord, Part, cell_id, combine, last_json, write_record
-from sglpatch.matrix.rocm import (CHECKPOINT_INSIDE, HF_INSIDE, NODE_GPUS, STATE_INSIDE, RocmOptions, build_patched_image, judge,
-                                  judge_figures, run_figures, unavailable_reason)
-from sglpatch.profile import Profile, load_profile
+from sglpatch.matrix.cells import Cell, validate_cell
+from sglpatch.matrix.job_plan import Group, Item, Launch, Launches, Step, describe, job_groups, lane_resources, needs_checkpoint, phases, server_starts
+from sglpatch.matrix.rocm_judge import judge, judge_figures, run_figures
+from sglpatch.pin_under_test import prepare_pin
 from sglpatch.project import Project
-from sglpatch.rocm_checks import serve_check
-
-LABEL_JOB = "io.sglpatch.job"
-LABEL_LAUNCH = "io.sglpatch.launch"
-LOGS_INSIDE = "/sglpatch-logs"
-CHECKS_INSIDE = f"{containers.TOOLS_DIR}/checks"
-# serve_check's serve mode waits server_timeout for health after its GPU probe; the host gives it
-# that, the probe's own limit, and a margin for the container and Python to start.
-START_MARGIN_S = serve_check.GPU_PROBE_TIMEOUT_S + 120
-# serve_check stops sglang with SIGTERM and gives it 120 s before SIGKILL; docker stop waits longer.
-STOP_TIMEOUT_S = 150
-# The synthetic checkpoint's tensor parallelism (glm_checkpoint.ROCM_TP: GLM-5's per-rank shapes
-# at TP8): more than one rank, so the all-reduce paths and the aiter fusion's conditions are real.
-SYNTHETIC_TP = 2
-# sglang takes the ports after --port for its own (NCCL, dist-init): lanes' ports far apart.
-LANE_PORT_STRIDE = 1000
-CHECKPOINT_TIMEOUT_S = 1800  # writing ~1.0 GB of seeded random bytes takes seconds; a slow disk minutes
-
-
-# -- what a job runs ---------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Item:
-    """One session of a job: a matrix cell (build, load, spec at a depth), the gate or a bench."""
-
-    check: str  # build, load, spec, accuracy, bench
-    depth: int | None = None
-    workload: str | None = None  # bench only
-
-    def session(self, pin: str) -> str:
-        """The nox session that runs this item alone."""
-        if self.check == "spec":
-            return f"spec(rocm, {pin}, {self.depth})"
-        if self.check == "bench":
-            return f"bench(rocm, {pin}, {self.workload})"
-        return f"{self.check}(rocm, {pin})"
-
-    def record_id(self, pin: str) -> str:
-        if self.check == "bench":
-            return f"bench-{self.workload}-{pin}"
-        return cell_id("rocm", self.check, pin, self.depth)
-
-
-def items_for(event: str) -> list[Item]:
-    """The sessions of one pin's job: on the weekly schedule (and on demand) what needs the full
-    model, the accuracy gate and the bench; otherwise the matrix on the synthetic checkpoint (pull
-    requests and the nightly run differ only in which pins run)."""
-    if event == "weekly":
-        return [Item("accuracy"), *[Item("bench", workload=workload) for workload in bench_rocm.PROFILES]]
-    return [Item("build"), Item("load"), *[Item("spec", depth) for depth in DEPTHS]]
-
-
-@dataclass(frozen=True)
-class Launch:
-    """One server launch configuration: equal argv and environment means one server."""
-
-    name: str = field(compare=False)
-    argv: tuple[str, ...]
-    env: tuple[tuple[str, str], ...]
-    mounts: tuple[tuple[str, tuple[str, str]], ...] = field(default=(), compare=False)  # follow from env
-
-    @property
-    def key(self) -> str:
-        return hashlib.sha256(json.dumps([self.argv, self.env]).encode()).hexdigest()[:12]
-
-    @property
-    def slug(self) -> str:
-        return re.sub(r"[^a-z0-9]+", "-", self.name.lower()).strip("-") + "-" + self.key[:8]
-
-    @property
-    def model(self) -> str:
-        return self.argv[self.argv.index("--model-path") + 1]
-
-    @property
-    def synthetic(self) -> bool:
-        """Served from the synthetic checkpoint the job writes."""
-        return self.model == CHECKPOINT_INSIDE
-
-
-class Launches:
-    """The launch configurations of a pin's checks, derived the way each check defines its own.
-    The matrix cells' (``shipped``, ``depth``, ``plain``) serve ``matrix_model``, or where that is
-    None the synthetic checkpoint at ``SYNTHETIC_TP``; the gate and the bench serve ``model``."""
-
-    def __init__(self, model: str | None = None, matrix_model: str | None = None):
-        self.model = model
-        self.matrix_model = matrix_model
-        profile = load_profile(PROFILE)
-        if matrix_model is None:
-            profile = type(profile)(**{**profile.__dict__, "server": {**profile.server, "tp-size": SYNTHETIC_TP}})
-        self.profile = profile
-
-    def _model(self, profile: Profile) -> str:
-        return self.model or os.environ.get("SGLPATCH_MODEL") or profile.model
-
-    def _matrix(self) -> str:
-        return self.matrix_model or CHECKPOINT_INSIDE
-
-    @property
-    def _on(self) -> str:
-        return " (synthetic checkpoint)" if self.matrix_model is None else ""
-
-    @staticmethod
-    def _launch(name: str, profile: Profile, argv: list[str]) -> Launch:
-        env, mounts = bench_rocm.launch_env(profile)
-        return Launch(name, tuple(argv), tuple(sorted(env.items())), tuple(sorted(mounts.items())))
-
-    def shipped(self) -> Launch:
-        """load: the profile as shipped, MTP at its own depth."""
-        return self._launch("profile as shipped" + self._on, self.profile, self.profile.server_args(self._matrix()))
-
-    def depth(self, depth: int) -> Launch:
-        return self._launch(f"EAGLE depth {depth}" + self._on, self.profile, depth_argv(self.profile, depth, self._matrix()))
-
-    def plain(self) -> Launch:
-        """The spec cells' greedy baseline: the profile without speculative decoding."""
-        server = {k: v for k, v in self.profile.server.items() if not k.startswith("speculative-")}
-        plain = type(self.profile)(**{**self.profile.__dict__, "server": server})
-        return self._launch("no speculative decoding" + self._on, self.profile, plain.server_args(self._matrix()))
-
-    def gate(self) -> Launch:
-        """The accuracy gate's launch, as ``bench.rocm.run_accuracy`` makes it."""
-        profile = load_profile(bench_rocm.PROFILES["single-stream"])
-        return self._launch("profile as shipped", profile, profile.server_args(self._model(profile)))
-
-    def bench(self, workload: str) -> tuple[Launch, ...]:
-        """The servers ``bench_run.py`` starts for a workload, one per variant, as ``run_bench`` lists them."""
-        profile = load_profile(bench_rocm.PROFILES[workload])
-        return tuple(self._launch(f"{workload} {variant}", profile, profile.variant(variant).server_args(self._model(profile)))
-                     for variant in bench_rocm.variants(profile))
-
-
-BASELINES = {
-    "greedy": "greedy outputs without speculative decoding (the spec cells' baseline)",
-    "speed": "decode speed without speculative decoding (the spec cells' baseline)",
-}
-# Within a server's group: the baselines the spec cells compare with, load (is it up and answering),
-# then the gate -- before the spec cells' bursts, since its accept length is the server's running
-# average since start (it shares a server with them where the matrix serves the full model) --
-# then the spec cells.
-STEP_ORDER = {"greedy": 0, "speed": 0, "load": 1, "accuracy": 2, "spec": 3}
-
-
-@dataclass(frozen=True)
-class Step:
-    kind: str  # an item's check, or a baseline ("greedy", "speed")
-    item: Item | None = None
-
-    def label(self, pin: str) -> str:
-        return self.item.session(pin) if self.item else BASELINES[self.kind]
-
-
-@dataclass
-class Group:
-    """Steps that run against the same servers: none (build), one launch configuration (the
-    matrix and the gate), or a bench workload's variants, which ``bench_run.py`` starts in turn."""
-
-    launches: tuple[Launch, ...]
-    steps: list[Step]
-
-    @property
-    def synthetic(self) -> bool:
-        """Served from the synthetic checkpoint: small enough to share the node with others."""
-        return bool(self.launches) and all(launch.synthetic for launch in self.launches)
-
-    @property
-    def baselines(self) -> bool:
-        return any(step.kind in BASELINES for step in self.steps)
-
-
-def job_groups(items: list[Item], *, model: str | None = None, matrix_model: str | None = None,
-               baselines_known: bool = False) -> list[Group]:
-    """The job's steps grouped by the servers they need, in the order they run: serverless checks
-    first, then the spec cells' baselines (the other cells compare with them), then one group per
-    distinct launch configuration in the order of the items, then the bench. ``baselines_known``:
-    the baselines were measured before on this image (a cell run alone reuses them)."""
-    launches = Launches(model, matrix_model)
-    serverless: list[Group] = []
-    bench: list[Group] = []
-    served: list[tuple[Launch, Step]] = []
-    for item in items:
-        if item.check == "build":
-            serverless.append(Group((), [Step("build", item)]))
-        elif item.check == "bench":
-            bench.append(Group(launches.bench(item.workload), [Step("bench", item)]))
-        elif item.check == "load":
-            served.append((launches.shipped(), Step("load", item)))
-        elif item.check == "accuracy":
-            served.append((launches.gate(), Step("accuracy", item)))
-        elif item.check == "spec":
-            served.append((launches.depth(item.depth), Step("spec", item)))
-        else:
-            raise SglpatchError(f"a ROCm job has no check {item.check!r}")
-    if not baselines_known and any(step.kind == "spec" for _, step in served):
-        # Both baselines on the one server without speculation: what every depth, 3 included, is compared with.
-        served[:0] = [(launches.plain(), Step("greedy")), (launches.plain(), Step("speed"))]
-    by_launch: dict[Launch, Group] = {}
-    for launch, step in served:
-        by_launch.setdefault(launch, Group((launch,), [])).steps.append(step)
-    for group in by_launch.values():
-        group.steps.sort(key=lambda step: STEP_ORDER[step.kind])
-    return serverless + list(by_launch.values()) + bench
-
-
-def server_starts(groups: list[Group]) -> int:
-    return sum(len(group.launches) for group in groups)
-
-
-def needs_checkpoint(groups: list[Group]) -> bool:
-    return any(group.synthetic for group in groups)
-
-
-def phases(groups: list[Group], gpus: int = NODE_GPUS) -> list[list[list[Group]]]:
-    """The order the groups run in: a list of phases, each a list of lanes that run at once, each
-    lane a list of groups in turn. The serverless checks first, one at a time; then the groups on
-    the synthetic checkpoint, dealt in order over ``gpus // SYNTHETIC_TP`` lanes of their own GPUs
-    (the baselines' group first, on lane 0); then every group on the full model alone, since each
-    of its servers takes the whole node."""
-    serverless = [[[group]] for group in groups if not group.launches]
-    synthetic = [group for group in groups if group.synthetic]
-    whole_node = [[[group]] for group in groups if group.launches and not group.synthetic]
-    count = max(1, min(len(synthetic), gpus // SYNTHETIC_TP))
-    lanes = [synthetic[lane::count] for lane in range(count)] if synthetic else []
-    return serverless + ([lanes] if lanes else []) + whole_node
-
-
-def lane_resources(lane: int) -> tuple[str, int]:
-    """(the GPUs a lane's servers see, as HIP_VISIBLE_DEVICES, their port)."""
-    gpus = ",".join(str(gpu) for gpu in range(lane * SYNTHETIC_TP, (lane + 1) * SYNTHETIC_TP))
-    return gpus, serve_check.PORT + lane * LANE_PORT_STRIDE
-
-
-def server_lines(groups: list[Group], pin: str) -> list[str]:
-    """One line per server start: what it launches and the steps it serves."""
-    lines = []
-    for group in groups:
-        steps = ", ".join(step.label(pin) for step in group.steps)
-        lines += [f"{launch.name}: {steps}" for launch in group.launches]
-    return lines
-
-
-def describe(groups: list[Group], pin: str) -> list[str]:
-    """The server starts, then the steps that need none."""
-    serverless = [f"no server: {step.label(pin)}" for group in groups if not group.launches for step in group.steps]
-    return server_lines(groups, pin) + serverless
-
-
-# -- a server held in its container ------------------------------------------------------------
-
-
-class ServerContainer:
-    """One sglang server (``serve_check.py`` in its serve mode) in a container of the patched image,
-    held for the checks of its launch configuration."""
-
-    def __init__(self, client, image: str, launch: Launch, labels: dict[str, str], options: RocmOptions,
-                 mounts: dict, log_inside: str, emit, *, lane_env: dict | None = None, port: int = serve_check.PORT):
-        self.client, self.image, self.launch, self.labels = client, image, launch, labels
-        self.options, self.mounts, self.log_inside, self.emit = options, mounts, log_inside, emit
-        self.lane_env, self.port = lane_env or {}, port
-        self.container = None
-        self.report: dict | None = None
-        self._reported = threading.Event()
-        self._reader: threading.Thread | None = None
-        self.exit_code: int | None = None
-
-    @property
-    def short_id(self) -> str:
-        return self.container.id[:12] if self.container is not None else ""
-
-    def start(self) -> dict:
-        """Start it and wait for its report: {"serving", "healthy_s", "gpu", "log", "mismatch_lines", "error"}."""
-        config = {"mode": "serve", "argv": list(self.launch.argv), "env": dict(self.launch.env), "port": self.port,
-                  "timeout": self.options.server_timeout, "health_poll_s": self.options.health_poll_s, "log": self.log_inside}
-        gpu = dict(containers.GPU_RUN_OPTIONS) if self.options.gpu else {}
-        env = {**(containers.GPU_ENV if self.options.gpu else {}), **dict(self.launch.env), **self.lane_env}
-        volumes = {host: {"bind": inside, "mode": mode} for host, (inside, mode) in self.mounts.items()}
-        try:
-            self.container = self.client.containers.create(
-                self.image, ["python3", f"{CHECKS_INSIDE}/serve_check.py", json.dumps(config)],
-                labels={**self.labels, containers.LABEL_OWNER: containers.OWNER}, environment=env, volumes=volumes,
-                network_mode=self.options.network, **gpu)
-            reason = containers.start(self.container, self.emit)
-        except Exception as exc:  # docker.errors.APIError: the reason is in its explanation
-            reason = str(getattr(exc, "explanation", None) or exc)
-        if reason is not None:
-            self.emit(f"the server container did not start: {reason}")
-            return {"serving": False, "healthy_s": None, "error": f"the server container did not start: {reason}"[:600]}
-        self._reader = threading.Thread(target=self._follow, daemon=True)
-        self._reader.start()
-        limit = self.options.server_timeout + START_MARGIN_S
-        if not self._reported.wait(limit):
-            return {"serving": False, "healthy_s": None,
-                    "error": f"the server container {self.short_id} reported nothing in {limit} s"}
-        if self.report is None:
-            return {"serving": False, "healthy_s": None,
-                    "error": f"the server container {self.short_id} exited before it reported"}
-        return self.report
-
-    def _follow(self) -> None:
-        buffer = b""
-        try:
-            for chunk in self.container.logs(stream=True, follow=True):
-                buffer += chunk
-                *complete, buffer = buffer.split(b"\n")
-                for raw in complete:
-                    self._line(raw.decode(errors="replace"))
-            if buffer:
-                self._line(buffer.decode(errors="replace"))
-        finally:
-            self._reported.set()  # it ended: whatever it reported (or nothing) is all there is
-
-    def _line(self, line: str) -> None:
-        self.emit(line)
-        if self.report is None and line.startswith("{") and '"serving"' in line:
-            try:
-                self.report = json.loads(line)
-            except ValueError:
-                return
-            self._reported.set()
-
-    def still_serving(self, report: dict) -> dict:
-        """``report``, or, where the server's container has stopped since (the server died while
-        held), a report that says so: the checks still to run fail with that reason."""
-        if not report.get("serving"):
-            return report
-        try:
-            self.container.reload()
-            state = self.container.attrs.get("State", {})
-        except Exception as exc:
-            return {**report, "serving": False, "error": f"the server container {self.short_id} is gone: {exc}"[:600]}
-        if state.get("Running"):
-            return report
-        return {**report, "serving": False,
-                "error": f"the server stopped (container exit {state.get('ExitCode')}) before this check; see its log"}
-
-    def stop(self) -> None:
-        """Stop the server (serve_check stops sglang) and remove its container, whatever state it is in."""
-        if self.container is None:
-            return
-        try:
-            self.container.stop(timeout=STOP_TIMEOUT_S)
-            self.container.reload()
-            self.exit_code = self.container.attrs.get("State", {}).get("ExitCode")
-        except Exception as exc:
-            self.emit(f"stopping the server container {self.short_id} failed: {exc}")
-        finally:
-            try:
-                self.container.remove(force=True)
-            except Exception as exc:
-                self.emit(f"removing the server container {self.short_id} failed: {exc}")
-            if self._reader is not None:
-                self._reader.join(timeout=30)
-
-
-# -- the runner --------------------------------------------------------------------------------
+from sglpatch.records import FAILED, PASSED, SKIPPED, CellRecord, Part, combine, last_json, matrix_dir, write_record
+from sglpatch.rocm import containers
+from sglpatch.rocm.checkpoint import write_checkpoint
+from sglpatch.rocm.checks import serve_check
+from sglpatch.rocm.constants import (CHECKPOINT_INSIDE, CHECKS_INSIDE, HF_INSIDE, LABEL_CELL, LABEL_JOB, LABEL_LAUNCH, LOGS_INSIDE,
+                                     STATE_INSIDE)
+from sglpatch.rocm.image import build_patched_image
+from sglpatch.rocm.options import RocmOptions, unavailable_reason
+from sglpatch.rocm.server import START_MARGIN_S, ServerContainer
+
+
+def run_rocm_cell(project: Project, cell: Cell, options: RocmOptions | None = None, on_log=print) -> CellRecord:
+    """One cell alone, for a person debugging it: a ROCm job of that one cell, reusing the pin's
+    non-speculative baseline measured before on the same image where there is one."""
+    validate_cell(cell)
+    if cell.tier != "rocm":
+        raise SglpatchError(f"{cell.label}: the ROCm tier runs rocm cells only")
+    return run_job(project, cell.pin, [Item(cell.check, cell.depth)], options, on_log=on_log, reuse_baselines=True).records[0]
 
 
 @dataclass
@@ -514,7 +156,7 @@ class _Job:
     def _skip_all(self, reason: str) -> None:
         for item in self.items:
             if item.check == "bench":
-                self.bench_records += bench_rocm.run_bench(self.project, self.pin, item.workload, self.options, on_log=self.emit)
+                self.bench_records += on_rocm_node.run_bench(self.project, self.pin, item.workload, self.options, on_log=self.emit)
                 continue
             record = self._new_record(item)
             record.parts.append(Part(f"{item.check} in a patched ROCm container", SKIPPED, reason))
@@ -529,7 +171,7 @@ class _Job:
             self.emit(str(exc))
             for item in self.items:
                 if item.check == "bench":  # the bench builds (and reports on) the image itself
-                    self.bench_records += bench_rocm.run_bench(self.project, self.pin, item.workload, self.options, on_log=self.emit)
+                    self.bench_records += on_rocm_node.run_bench(self.project, self.pin, item.workload, self.options, on_log=self.emit)
                     continue
                 record = self._new_record(item)
                 record.parts.append(Part(f"{item.check} in a patched ROCm container", FAILED, str(exc)[:1000]))
@@ -591,33 +233,9 @@ class _Job:
         if errors:
             raise errors[0]
 
-    # -- the synthetic checkpoint, written once per job in the patched image and mounted
-
     def _write_checkpoint(self) -> None:
-        """The CPU probes' generator at the ROCm size, run with the image's Python (and its
-        transformers' GlmMoeDsaConfig), into a folder of the job's state that every synthetic
-        server mounts read-only. A failure fails every cell that needed it, with the reason."""
-        started = time.monotonic()
-        shutil.rmtree(self.checkpoint_dir, ignore_errors=True)
-        self.checkpoint_dir.mkdir(parents=True)
-        self.emit(f"# writing the synthetic checkpoint into {self.checkpoint_dir} (glm_checkpoint.py --size rocm, in the image)")
-        run = containers.run_check(
-            self.client, self.digest, ["python3", f"{CHECKS_INSIDE}/glm_checkpoint.py", CHECKPOINT_INSIDE, "--size", "rocm"],
-            self._labels(**{containers.LABEL_CELL: f"{self.name}-checkpoint"}),
-            # Our own uid, so the next job can remove what this one wrote; no GPU, no network needed.
-            containers.RunOptions(gpu=False, network="none", timeout=CHECKPOINT_TIMEOUT_S,
-                                  mounts={str(self.checkpoint_dir): (CHECKPOINT_INSIDE, "rw")},
-                                  user=f"{os.getuid()}:{os.getgid()}"),
-            self.emit)
-        written = last_json(run.log) or {}
-        seconds = round(time.monotonic() - started, 2)
-        if run.exit_code == 0 and written.get("folder") == CHECKPOINT_INSIDE and (self.checkpoint_dir / "config.json").is_file():
-            self.summary["checkpoint"] = {**written, "host_folder": str(self.checkpoint_dir), "seconds": seconds}
-            return
-        why = "timed out" if run.timed_out else run.start_error or f"exit {run.exit_code}: {run.log.strip()[-400:]}"
-        self.checkpoint_error = f"the synthetic checkpoint was not written: {why}"[:600]
-        self.summary["checkpoint"] = {"error": self.checkpoint_error, "seconds": seconds}
-        self.emit(self.checkpoint_error)
+        self.summary["checkpoint"], self.checkpoint_error = write_checkpoint(
+            self.client, self.digest, self.checkpoint_dir, self._labels(**{LABEL_CELL: f"{self.name}-checkpoint"}), self.emit)
 
     # -- records
 
@@ -671,7 +289,7 @@ class _Job:
         try:
             command = ["python3", f"{CHECKS_INSIDE}/build_check.py", *sorted({Path(k).name for k in self.put.touched_kernels})]
             run = containers.run_check(
-                self.client, self.digest, command, self._labels(**{containers.LABEL_CELL: record.cell_id}),
+                self.client, self.digest, command, self._labels(**{LABEL_CELL: record.cell_id}),
                 containers.RunOptions(gpu=self.options.gpu, network=self.options.network, timeout=self.options.cell_timeout),
                 emit)
             judge(cell, run, record)
@@ -762,7 +380,7 @@ class _Job:
             result = {"error": f"{launch.name}: the server was not healthy: {report.get('error', 'see the log')}"}
         else:
             run = self._check(server, launch, "serve_check.py", {"mode": step.kind, **self._server_config(report, server, launch)},
-                              {containers.LABEL_CELL: f"{self.name}-baseline-{step.kind}"})
+                              {LABEL_CELL: f"{self.name}-baseline-{step.kind}"})
             figures = last_json(run.log) or {}
             wanted = "outputs" if step.kind == "greedy" else "decode_tok_s"
             if figures.get(wanted) and not figures.get("error"):
@@ -801,7 +419,7 @@ class _Job:
                 elif item.check == "accuracy":
                     script = "accuracy_check.py"
                     config.update(mode="attach", state=STATE_INSIDE, questions=accuracy.QUESTIONS, shots=accuracy.SHOTS)
-                run = self._check(server, launch, script, config, {containers.LABEL_CELL: record.cell_id}, emit)
+                run = self._check(server, launch, script, config, {LABEL_CELL: record.cell_id}, emit)
                 if run.start_error:
                     # The server may have died between the look above and the check joining its network.
                     report = server.still_serving(report)
@@ -828,7 +446,7 @@ class _Job:
         # image build inside run_bench is a layer-cache hit of the one this job built).
         for step in group.steps:
             started = time.monotonic()
-            records = bench_rocm.run_bench(self.project, self.pin, step.item.workload, self.options, on_log=self.emit)
+            records = on_rocm_node.run_bench(self.project, self.pin, step.item.workload, self.options, on_log=self.emit)
             self.bench_records += records
             for launch in group.launches:
                 self.servers.append({"launch": launch.name, "key": launch.key, "argv": list(launch.argv), "env": dict(launch.env),

@@ -1,0 +1,33 @@
+"""What became of a patch: on a pin, as ``apply`` classifies it (the status in the report and in
+``series.lock``), and on a new release, as ``rebase`` classifies it (the verdict in its report).
+
+One vocabulary for both, the values being the words written to JSON, reports and the lock.
+"""
+
+from __future__ import annotations
+
+import enum
+
+
+class Outcome(enum.StrEnum):
+    # apply, on a pin
+    APPLIED = "applied"
+    APPLIED_WITH_OFFSET = "applied-with-offset"
+    ALREADY_UPSTREAM = "already-upstream"  # also rebase's: a rendition reverse-applies on the release
+    CONFLICT = "conflict"
+    MISSING_FILE = "missing-file"
+    NOT_APPLICABLE = "not-applicable"
+    NOT_NEEDED = "not-needed"
+    WITNESS_FAILED = "witness-failed"
+    WITNESS_UNAVAILABLE = "witness-unavailable"  # also rebase's: nothing can confirm a port
+    # rebase, on a release that is not pinned
+    CARRIES_OVER = "carries-over"
+    NEW_RENDITION = "new-rendition"
+    FIXED_UPSTREAM = "fixed-upstream"
+    NEEDS_HAND_PORT = "needs-hand-port"
+
+
+# The statuses that fail a pin.
+FAILURES = (Outcome.CONFLICT, Outcome.MISSING_FILE, Outcome.WITNESS_FAILED, Outcome.WITNESS_UNAVAILABLE)
+# The rebase verdicts that settle a patch on the release; any other leaves it to a person.
+CLASSIFIED = (Outcome.CARRIES_OVER, Outcome.NEW_RENDITION, Outcome.ALREADY_UPSTREAM, Outcome.FIXED_UPSTREAM)

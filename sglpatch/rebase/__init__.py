@@ -1,0 +1,131 @@
+"""Rebasing the series onto an sglang release that is not pinned (``sglpatch rebase <version>``).
+
+The release -- newer than every pin, or between two -- is pinned from the package index. Each
+patch's witness runs on the release's pristine tree first. Then a cascade of merge tools, each
+a well-kept tool, proposes trees, nearest rendition first (``sglpatch.rebase.merge_tools``):
+
+1. every rendition exactly as it is (``git apply``);
+2. per rendition with a pinned tree it was made for (the nearest ``MERGE_CANDIDATES``): git's
+   three-way apply; git's own merge (merge-ort, rename detection: a cherry-pick of the rendition's
+   commit from the tree it was made for); Debian's ``wiggle``; then the same with the hunks the
+   release already holds (each reverse-applies) and the files it removed left out;
+3. where a proposal uses a name the release renamed around it, the same proposal with the
+   release's name (``merge_tools.follow_renames``).
+
+Every proposal is judged (``sglpatch.rebase.judge``) -- no name its added lines use missing from the
+release, the witness bug on the pristine release and clean on the port, every touched module
+importing in the pin's CPU Python on the emulated box -- and the first accepted is taken. Each
+patch ends as:
+
+- ``carries-over``: a rendition applies as it is and the judge accepts it; its ``Applies-To``
+  grows to take the release;
+- ``new-rendition``: a merge tool's tree the judge accepts; a new rendition for review,
+  ``Applies-To: ==<release>``, the step that made it in the report;
+- ``already-upstream``: the witness passes on the pristine release and a rendition (perhaps one made
+  for a file's new path) reverse-applies: the release holds this very change;
+- ``fixed-upstream``: the witness passes and no rendition reverse-applies: upstream fixed it its
+  own way. No rendition claims the release (``apply`` says not-applicable there);
+- ``needs-hand-port`` (the judge refused every proposal, or no tool made one) and
+  ``witness-unavailable``: a person must look. ``build/port/<release>/`` then holds the nearest
+  candidate (zdiff3 conflict markers where git's merge conflicted), and ``sglpatch patch refresh
+  <release>`` writes the edited tree back as the rendition (``sglpatch.rebase.hand_port``).
+
+The report lists every try: the tool, what it changed, the judge's verdict and findings.
+
+Nothing is written unless every patch is classified. Then the new pin, the renditions and the
+changed ``Applies-To`` trailers are staged in a temporary copy of the project, linted, and the
+series is applied there -- witnesses and all, lock updated -- to the release and to every pin whose
+rendition changed. Only when that apply succeeds and agrees with the classification are the staged
+files moved into the project (and put back as they were if a move fails; ``sglpatch.staged``).
+"""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+from packaging.version import Version
+
+from sglpatch import sources
+from sglpatch.errors import SglpatchError
+from sglpatch.gitcmd import git_out
+from sglpatch.lock import LOCK_FILE
+from sglpatch.outcomes import Outcome
+from sglpatch.pins import with_pin
+from sglpatch.rebase.hand_port import prepare_hand_port
+from sglpatch.rebase.new_pin import new_pin
+from sglpatch.rebase.patch import Writes, rebase_patch
+from sglpatch.rebase.report import RebaseReport
+from sglpatch.rebase.trial import Trial
+from sglpatch.staged import write_staged
+
+# What ``apply`` must then say on the release for each verdict, or nothing is written.
+_APPLY_AGREES = {
+    Outcome.CARRIES_OVER: (Outcome.APPLIED, Outcome.APPLIED_WITH_OFFSET),
+    Outcome.NEW_RENDITION: (Outcome.APPLIED, Outcome.APPLIED_WITH_OFFSET),
+    Outcome.ALREADY_UPSTREAM: (Outcome.NOT_NEEDED,),
+    Outcome.FIXED_UPSTREAM: (Outcome.NOT_APPLICABLE,),
+}
+
+
+def rebase_onto(project, version: str, *, write: bool = True) -> RebaseReport:
+    """Classify every patch of the series on ``version``; with ``write``, and only when every patch
+    is classified and the staged apply succeeds, pin it and write the renditions and the lock."""
+    pins = project.pins()
+    if version in [pin.version for pin in pins.pins]:
+        raise SglpatchError(f"{pins.path}: {version} is already pinned")
+    pin, note = new_pin(version)
+    pristine = sources.pristine_from_index(pin)
+    series = project.series()
+    report = RebaseReport(version, pin.artifact, pin.sha256, pin.released, len(series.patches))
+    writes = Writes()
+    with tempfile.TemporaryDirectory(prefix="sglpatch-rebase-") as scratch:
+        trial = Trial(Path(scratch), pin, pristine)
+        for patch in series.patches:
+            report.outcomes.append(rebase_patch(project, trial, patch, pins.pins, version, writes))
+        report.tree = git_out(["rev-parse", f"{trial.parent}^{{tree}}"], trial.repo)
+        left = [outcome for outcome in report.outcomes if outcome.verdict == Outcome.NEEDS_HAND_PORT and outcome.conflict]
+        if left:
+            report.prepared = str(prepare_hand_port(project, trial, version, left).relative_to(project.root))
+            for outcome in left:
+                outcome.prepared = report.prepared
+    report.files = sorted(str(path.relative_to(project.root)) for path in writes.files)
+    report.files += ["upstream/pins.toml", LOCK_FILE]
+    if not write or not report.complete:
+        return report
+    if writes.problems:
+        report.error = "; ".join(writes.problems)
+        return report
+    changes = {path: text.encode() for path, text in writes.files.items()}
+    changes[pins.path] = with_pin(pins.path.read_text(), pin, note).encode()
+    touched = sorted(
+        {
+            other.version
+            for patch in series.patches
+            for rendition in patch.renditions
+            if rendition.path in writes.files
+            for other in pins.pins
+            if rendition.covers(other.version)
+        },
+        key=Version,
+    )
+    report.relocked = [*touched, version]
+    try:
+        write_staged(project, changes, report.relocked, verify=lambda staged: _agrees(staged, report))
+    except SglpatchError as exc:
+        report.error = str(exc)
+        return report
+    report.written = True
+    return report
+
+
+def _agrees(applied, report: RebaseReport) -> str:
+    """Where the staged apply says something other than the classification on the release, why."""
+    result = next(result for result in applied.results if result.version == report.version)
+    by_name = {outcome.name: outcome for outcome in result.patches}
+    for outcome in report.outcomes:
+        got = by_name.get(outcome.name)
+        status = got.status if got else "missing"
+        if status not in _APPLY_AGREES[outcome.verdict]:
+            return f"{outcome.name}: the rebase says {outcome.verdict} on {report.version}, but apply says {status}"
+    return ""

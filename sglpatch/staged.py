@@ -1,0 +1,83 @@
+"""The staged write: changes to the project's series, pins and lock written only when the series,
+staged with them in a temporary copy of the project, passes ``check`` and applies with witnesses;
+then each file is moved in, and all are put back as they were if a move fails. ``rebase`` and
+``sglpatch status --write`` write this way.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+from sglpatch.check import check_series
+from sglpatch.errors import SglpatchError
+from sglpatch.lock import LOCK_FILE
+from sglpatch.project import Project, apply_series
+
+
+def write_staged(project, changes: dict[Path, bytes], pins_to_apply: list[str], verify=None) -> None:
+    """Write ``changes`` (project path -> bytes) only if the series, staged with them in a temporary
+    copy of the project, passes ``check`` and applies to ``pins_to_apply`` with witnesses (the
+    staged lock updated, and taken along); ``verify(report)`` may refuse with a reason. On any
+    refusal nothing in the project has changed."""
+    root = project.root
+    with tempfile.TemporaryDirectory(prefix="sglpatch-stage-") as scratch:
+        stage = Path(scratch) / "project"
+        for part in ("upstream", "patches"):
+            shutil.copytree(root / part, stage / part)
+        if project.lock_file.exists():
+            shutil.copy2(project.lock_file, stage / LOCK_FILE)
+        for path, data in changes.items():
+            target = stage / path.relative_to(root)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(data)
+        staged = Project(stage)
+        problems = check_series(staged.patches_dir, staged.pins())
+        if problems:
+            raise SglpatchError(f"the staged series does not pass check: {problems[0]}")
+        applied = apply_series(
+            staged, pins_to_apply, update_lock=True, out_dir=Path(scratch) / "build", report_path=Path(scratch) / "report.json"
+        )
+        failed = next((result for result in applied.results if not result.ok), None)
+        if failed is not None:
+            raise SglpatchError(f"the staged series does not apply to {failed.version}: {failed.error}; nothing written")
+        reason = verify(applied) if verify else ""
+        if reason:
+            raise SglpatchError(f"{reason}; nothing written")
+        final = {path: (stage / path.relative_to(root)).read_bytes() for path in changes}
+        final[project.lock_file] = (stage / LOCK_FILE).read_bytes()
+        move_in(final)
+
+
+def move_in(files: dict[Path, bytes]) -> None:
+    """Each file written beside its destination, then renamed onto it; if one fails, the ones
+    already moved are put back as they were."""
+    ready: list[tuple[Path, Path]] = []
+    try:
+        for path, data in files.items():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fd, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}-")
+            with os.fdopen(fd, "wb") as handle:
+                handle.write(data)
+            ready.append((Path(name), path))
+    except OSError as exc:
+        for tmp, _ in ready:
+            tmp.unlink(missing_ok=True)
+        raise SglpatchError(f"cannot stage {path}: {exc}; nothing written") from None
+    previous = {path: path.read_bytes() if path.exists() else None for _, path in ready}
+    done: list[Path] = []
+    try:
+        for tmp, path in ready:
+            os.replace(tmp, path)
+            done.append(path)
+    except OSError as exc:
+        for path in done:
+            if previous[path] is None:
+                path.unlink(missing_ok=True)
+            else:
+                path.write_bytes(previous[path])
+        for tmp, _ in ready:
+            tmp.unlink(missing_ok=True)
+        raise SglpatchError(f"cannot move {path} into place: {exc}; the files are as they were") from None
