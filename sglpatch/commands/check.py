@@ -5,10 +5,17 @@ from __future__ import annotations
 from sglpatch import exitcodes
 from sglpatch.check import check_series
 from sglpatch.cli_options import add, emit_json, json_flag, say
+from sglpatch.rebase.redundant import reproduced_renditions
 
 
 def register(sub) -> None:
-    json_flag(add(sub, "check", run, "lint the series, patches, trailers and renditions"))
+    parser = add(sub, "check", run, "lint the series, patches, trailers and renditions")
+    parser.add_argument(
+        "--redundant-renditions", action="store_true",
+        help="also note each rendition that its neighbour rendition reproduces (the same tree by an exact or three-way "
+             "apply on every pin it covers); a note, not a problem. Slower: it needs every pin's pristine tree",
+    )
+    json_flag(parser)
 
 
 def run(project, args) -> int:
@@ -16,6 +23,13 @@ def run(project, args) -> int:
     for problem in problems:
         say(args, str(problem))
     say(args, f"{len(problems)} problem(s) in {project.patches_dir}")
-    emit_json(args, {"patches": str(project.patches_dir),
-                     "problems": [{"path": str(p.path), "line": p.line, "message": p.message} for p in problems]})
+    document = {"patches": str(project.patches_dir),
+                "problems": [{"path": str(p.path), "line": p.line, "message": p.message} for p in problems]}
+    if args.redundant_renditions and not problems:
+        notes = reproduced_renditions(project)
+        for note in notes:
+            say(args, f"note: {note.message()}")
+        say(args, f"{len(notes)} rendition(s) a neighbour reproduces")
+        document["redundant_renditions"] = [vars(note) for note in notes]
+    emit_json(args, document)
     return exitcodes.FAILED if problems else exitcodes.OK
