@@ -9,7 +9,6 @@ from dataclasses import asdict, dataclass
 from datetime import datetime
 from pathlib import Path
 
-import tomlkit
 from packaging.version import InvalidVersion, Version
 
 from sglpatch.errors import SglpatchError
@@ -149,11 +148,15 @@ def _parse_pin(path: Path, number: int, line: int, entry: dict) -> Pin:
 
 
 # -- writing pins.toml ----------------------------------------------------------------------------
+# tomlkit is imported by the writers alone: the noxfile reads the pins in nox's own Python, which
+# has nox and its dependencies (packaging) but not ours.
 
 
 def with_pin(pins_text: str, pin: Pin, note: str = "") -> str:
     """``pins.toml`` with ``pin`` inserted in version order (before the first newer pin); ``note``,
     where given, says in a comment where its ``released`` came from."""
+    import tomlkit
+
     document = tomlkit.parse(pins_text)
     entries = document["pin"]
     entry = tomlkit.table()
@@ -173,6 +176,8 @@ def with_pin(pins_text: str, pin: Pin, note: str = "") -> str:
 
 def without_pin(pins_text: str, version: str) -> str:
     """``pins.toml`` without the pin of ``version``."""
+    import tomlkit
+
     document = tomlkit.parse(pins_text)
     entries = document.get("pin", [])
     found = next((number for number, entry in enumerate(entries) if entry.get("version") == version), None)

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import subprocess
+import sys
 
 import pytest
 
@@ -182,3 +184,47 @@ def test_apply_into_a_checkout_builds_no_witness_environment(noxfile):
     session = _Session(["--into", "/sgl-workspace/sglang", "--witness"])
     noxfile._sglpatch(session, "apply")
     assert session.ran() == ["bash ci/install-hip-toolchain.sh", "sglpatch cpu-env", "sglpatch apply"]
+
+
+_ONLY_NOX = r'''
+import importlib.abc, importlib.metadata, importlib.util, re, sys
+
+def requirements(dist, seen):
+    for line in importlib.metadata.requires(dist) or []:
+        if "extra ==" in line:
+            continue
+        name = re.split(r"[\s<>=!;\[(~]", line, maxsplit=1)[0].lower().replace("_", "-")
+        if name and name not in seen:
+            seen.add(name)
+            try:
+                requirements(name, seen)
+            except importlib.metadata.PackageNotFoundError:
+                pass
+    return seen
+
+noxs = requirements("nox", {"nox"})
+allowed = {module for module, dists in importlib.metadata.packages_distributions().items()
+           if any(d.lower().replace("_", "-") in noxs for d in dists)}
+allowed |= set(sys.stdlib_module_names) | {"sglpatch", "_distutils_hack"}
+
+class OnlyNoxsOwn(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name.partition(".")[0] not in allowed:
+            raise ModuleNotFoundError(f"{name} is not in nox's own Python")
+        return None
+
+sys.meta_path.insert(0, OnlyNoxsOwn())
+spec = importlib.util.spec_from_file_location("noxfile", sys.argv[1])
+module = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(module)
+print(len(module.PINS))
+'''
+
+
+def test_the_noxfile_loads_in_noxs_own_python_with_sglpatchs_dependencies_missing():
+    """nox imports the noxfile in its own Python (pipx's, CI's), where sglpatch's dependencies are
+    not installed; the pins it reads at load time must need nothing of them."""
+    loaded = subprocess.run([sys.executable, "-c", _ONLY_NOX, str(REPO_ROOT / "noxfile.py")], cwd=REPO_ROOT,
+                            capture_output=True, text=True, timeout=120)
+    assert loaded.returncode == 0, loaded.stderr[-2000:]
+    assert int(loaded.stdout.split()[-1]) >= 18
