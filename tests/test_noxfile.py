@@ -15,8 +15,11 @@ from sglpatch import cli
 from sglpatch.commands.cpu_env import witness_needs
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def noxfile():
+    """The noxfile, loaded once per test process: loading it registers its sessions with nox, and
+    a second registration of a name is a warning (an error in nox to come). Module scope reloaded
+    it whenever xdist's work stealing ran another module's test between two of these."""
     spec = importlib.util.spec_from_file_location("sglpatch_noxfile", REPO_ROOT / "noxfile.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
