@@ -80,3 +80,15 @@ def commit_env(name: str, email: str, date: str) -> dict[str, str]:
         "GIT_COMMITTER_EMAIL": IDENTITY_EMAIL,
         "GIT_COMMITTER_DATE": date,
     }
+
+
+def borrow_objects(objects_dir: Path, repos: list[Path]) -> None:
+    """Let the repository whose object store is ``objects_dir`` read the objects of each of
+    ``repos`` (git's alternates), each listed once: a scratch repository then holds only the
+    objects it makes, and the pristine releases' stay in the cache."""
+    alternates = objects_dir / "info" / "alternates"
+    listed = alternates.read_text().splitlines() if alternates.exists() else []
+    added = [str(repo / "objects") for repo in repos if str(repo / "objects") not in listed]
+    if added:
+        alternates.parent.mkdir(parents=True, exist_ok=True)
+        alternates.write_text("".join(f"{path}\n" for path in [*listed, *added]))

@@ -37,7 +37,7 @@ class ExactCheck:
 
 def check_exact(repo: Path, env: dict[str, str], diff: str) -> ExactCheck:
     checked = run_git(["apply", "--cached", "--check", "-v", "--whitespace=nowarn", "-"], repo, env=env,
-                      input=diff.encode(), check=False)
+                      input=diff.encode(errors="surrogateescape"), check=False)
     return ExactCheck(checked.returncode == 0, checked.stderr.decode())
 
 

@@ -36,7 +36,7 @@ from pathlib import Path
 from sglpatch import cache, diffs, sources
 from sglpatch.authoring import applied_renditions
 from sglpatch.errors import SglpatchError
-from sglpatch.gitcmd import IDENTITY_EMAIL, IDENTITY_NAME, git_out, run_git
+from sglpatch.gitcmd import IDENTITY_EMAIL, IDENTITY_NAME, borrow_objects, git_out, run_git
 from sglpatch.index_apply import commit_patch, display_name
 from sglpatch.lock import read_lock
 from sglpatch.outcomes import FAILURES, Outcome
@@ -172,7 +172,7 @@ def locked_series(project, pin) -> Iterator[LockedSeries]:
         repo = Path(scratch) / "series"
         run_git(["init", "--quiet", str(repo)], Path(scratch))
         # The pristine release's objects stay in the cache; only the patches' few are written here.
-        (repo / ".git" / "objects" / "info" / "alternates").write_text(f"{pristine.repo / 'objects'}\n")
+        borrow_objects(repo / ".git" / "objects", [pristine.repo])
         env = {"GIT_INDEX_FILE": str(repo / ".git" / "sglpatch-index")}
         run_git(["read-tree", pristine.commit], repo, env=env)
         parent, commits = pristine.commit, []

@@ -105,7 +105,8 @@ def _renamed_to(repo: Path, base: str, release: str, path: str) -> str | None:
     return None
 
 
-def _blob(repo: Path, commit: str, path: str) -> bytes | None:
+def file_at(repo: Path, commit: str, path: str) -> bytes | None:
+    """The file at ``path`` in ``commit``; None where the commit has none."""
     shown = run_git(["cat-file", "blob", f"{commit}:{path}"], repo, check=False)
     return shown.stdout if shown.returncode == 0 else None
 
@@ -148,7 +149,7 @@ def wiggle(repo: Path, base: str, diff: str, onto: str, scratch: Path) -> Propos
             if part.is_removed_file:
                 run_git(["update-index", "--force-remove", target], repo, env=env)
                 continue
-            (work / f"{number}.release").write_bytes(_blob(repo, onto, target) or b"")
+            (work / f"{number}.release").write_bytes(file_at(repo, onto, target) or b"")
             (work / f"{number}.patch").write_text(_file_header(part) + "".join(str(hunk) for hunk in part))
             merged, why = _wiggle([str(work / f"{number}.release"), str(work / f"{number}.patch")])
             if merged is None:
@@ -156,8 +157,8 @@ def wiggle(repo: Path, base: str, diff: str, onto: str, scratch: Path) -> Propos
                     patched, reason = patched_base(repo, base, diff, scratch)
                     if not patched:
                         return Proposal(detail=f"{target}: wiggle left conflicts ({why}); {reason}")
-                (work / f"{number}.old").write_bytes(_blob(repo, base, path) or b"")
-                (work / f"{number}.new").write_bytes(_blob(repo, patched, path) or b"")
+                (work / f"{number}.old").write_bytes(file_at(repo, base, path) or b"")
+                (work / f"{number}.new").write_bytes(file_at(repo, patched, path) or b"")
                 merged, why3 = _wiggle([str(work / f"{number}.release"), str(work / f"{number}.old"), str(work / f"{number}.new")])
                 if merged is None:
                     return Proposal(detail=f"{target}: wiggle left conflicts, from the patch ({why}) and from the trees ({why3})")
@@ -270,7 +271,7 @@ def follow_renames(repo: Path, base: str, tree: str, onto: str, scratch: Path) -
     for path in _changed(repo, onto, tree):
         if not path.endswith(".py"):
             continue
-        proposed, released, before = (_blob(repo, c, path) for c in (tree, onto, base))
+        proposed, released, before = (file_at(repo, c, path) for c in (tree, onto, base))
         if proposed is None or released is None or before is None:
             continue
         renames = learned_renames(before.decode(errors="replace"), released.decode(errors="replace"))
@@ -333,7 +334,7 @@ def keep_both_insertions(repo: Path, conflict_tree: str, onto: str, scratch: Pat
     run_git(["read-tree", conflict_tree], repo, env=env)
     notes = []
     for path in _changed(repo, onto, conflict_tree):
-        data = _blob(repo, conflict_tree, path)
+        data = file_at(repo, conflict_tree, path)
         if data is None or b"<<<<<<< " not in data:
             continue
         text, count = resolve_insertions(data.decode(errors="surrogateescape"))

@@ -24,7 +24,8 @@ import unidiff
 
 from sglpatch.gitcmd import git_out, run_git
 from sglpatch.processes import declared_env, run_tool
-from sglpatch.rebase.merge_tools import WIGGLE_TIMEOUT_S, Proposal
+from sglpatch.index_apply import check_exact
+from sglpatch.rebase.merge_tools import WIGGLE_TIMEOUT_S, Proposal, file_at
 
 STEP = "moved-definitions"
 
@@ -104,9 +105,9 @@ def enclosing(found: list[Definition], lines: set[int]) -> Definition | None:
     return min(around, key=lambda d: d.end - d.start, default=None)
 
 
-def _blob(repo: Path, commit: str, path: str) -> str | None:
-    shown = run_git(["cat-file", "blob", f"{commit}:{path}"], repo, check=False)
-    return shown.stdout.decode(errors="surrogateescape") if shown.returncode == 0 else None
+def _text(repo: Path, commit: str, path: str) -> str:
+    """The file's text in ``commit`` ("" where it has none), bytes git cannot decode kept as they are."""
+    return (file_at(repo, commit, path) or b"").decode(errors="surrogateescape")
 
 
 def find_in_release(repo: Path, onto: str, wanted: Definition, top: str) -> tuple[str, Definition | None, str]:
@@ -117,7 +118,7 @@ def find_in_release(repo: Path, onto: str, wanted: Definition, top: str) -> tupl
     same_name, same_signature = [], []
     for line in grep.stdout.decode(errors="replace").splitlines():
         path = line.split(":", 1)[1]
-        for found in definitions(_blob(repo, onto, path) or ""):
+        for found in definitions(_text(repo, onto, path)):
             if found.qualname == wanted.qualname and found.kind == wanted.kind:
                 same_name.append((path, found))
                 if found.params == wanted.params:
@@ -177,7 +178,7 @@ def retarget(repo: Path, base: str, diff: str, onto: str, scratch: Path, *, use_
             if not path.endswith(".py"):
                 return Proposal(detail=f"{where}: does not apply, and the file is no Python module")
             if path not in base_definitions:
-                base_definitions[path] = definitions(_blob(repo, base, path) or "")
+                base_definitions[path] = definitions(_text(repo, base, path))
             around = enclosing(base_definitions[path], changed_lines(hunk))
             if around is None:
                 return Proposal(detail=f"{where}: does not apply and changes module-level lines, in no def or class to follow")
@@ -209,7 +210,7 @@ def retarget(repo: Path, base: str, diff: str, onto: str, scratch: Path, *, use_
         if _applies(repo, env, text):
             run_git(["apply", "--cached", "--whitespace=nowarn", "-"], repo, env=env, input=text.encode())
             continue
-        merged, why = _wiggle_file(work, number, _blob(repo, onto, path) or "", text) if use_wiggle else (None, "wiggle is not installed")
+        merged, why = _wiggle_file(work, number, _text(repo, onto, path), text) if use_wiggle else (None, "wiggle is not installed")
         if merged is None:
             return Proposal(detail="; ".join(notes) + f"; {path}: the re-targeted hunks do not apply ({why})")
         blob = git_out(["hash-object", "-w", "--stdin"], repo, input=merged)
@@ -227,8 +228,7 @@ def retarget(repo: Path, base: str, diff: str, onto: str, scratch: Path, *, use_
 
 
 def _applies(repo: Path, env: dict[str, str], diff: str) -> bool:
-    return run_git(["apply", "--cached", "--check", "--whitespace=nowarn", "-"], repo, env=env,
-                   input=diff.encode(errors="surrogateescape"), check=False).returncode == 0
+    return check_exact(repo, env, diff).applies
 
 
 def _wiggle_file(work: Path, number: int, release_text: str, diff: str) -> tuple[bytes | None, str]:

@@ -19,12 +19,13 @@ from pathlib import Path
 from packaging.version import Version
 
 from sglpatch import sources
-from sglpatch.gitcmd import git_out, run_git
+from sglpatch.gitcmd import borrow_objects, git_out, run_git
 from sglpatch.lock import read_lock
+from sglpatch.outcomes import Outcome
 from sglpatch.pins import Pin
 from sglpatch.series import PatchFile, SeriesPatch
 
-APPLIED = ("applied", "applied-with-offset")
+APPLIED = (Outcome.APPLIED, Outcome.APPLIED_WITH_OFFSET)
 
 
 @dataclass
@@ -71,10 +72,7 @@ class _Workbench:
     def pristine_of(self, pin: Pin) -> sources.Pristine:
         if pin.version not in self.pristine:
             self.pristine[pin.version] = sources.pristine_from_index(pin)
-            alternates = self.repo / "objects" / "info" / "alternates"
-            alternates.parent.mkdir(parents=True, exist_ok=True)
-            with alternates.open("a") as out:
-                out.write(str(self.pristine[pin.version].repo / "objects") + "\n")
+            borrow_objects(self.repo / "objects", [self.pristine[pin.version].repo])
         return self.pristine[pin.version]
 
     def apply(self, tree: str, diff: str, three_way: bool = False) -> str:

@@ -17,7 +17,7 @@ from sglpatch import probe_runs, sources
 from sglpatch.checkouts import checkout_commit
 from sglpatch.diffs import parse_diff
 from sglpatch.errors import Unavailable
-from sglpatch.gitcmd import git_out, run_git
+from sglpatch.gitcmd import borrow_objects, git_out, run_git
 from sglpatch.index_apply import apply_to_index, check_exact, commit_patch, conflict_detail, display_name, reverse_applies
 from sglpatch.pins import Pin
 from sglpatch.rebase import judge as judging
@@ -73,18 +73,12 @@ class Trial:
         run_git(["clone", "--quiet", "--local", "--no-checkout", str(pristine.repo), str(self.repo)], scratch)
         self.env = {"GIT_INDEX_FILE": str(scratch / "index")}
         self.parent = pristine.commit
-        self._alternates: set[str] = set()
         self._verdicts: dict[str, tuple] = {}
         self.wiggle = merge_tools.wiggle_available()
 
     def borrow(self, bases: list[sources.Pristine]) -> None:
         """Borrow the objects of other pristine trees (for merges from the trees renditions were made for)."""
-        added = [str(base.repo / "objects") for base in bases if str(base.repo / "objects") not in self._alternates]
-        if added:
-            self._alternates.update(added)
-            alternates = self.repo / ".git" / "objects" / "info" / "alternates"
-            existing = alternates.read_text() if alternates.exists() else ""
-            alternates.write_text(existing + "".join(f"{path}\n" for path in added))
+        borrow_objects(self.repo / ".git" / "objects", [base.repo for base in bases])
 
     def apply_text(self, diff: str) -> merge_tools.Proposal:
         """A diff (a rendition less some hunks) applied exactly on the current parent."""
