@@ -22,8 +22,6 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path, PurePosixPath
 
-from pypi_simple import ProjectPage
-
 from sglpatch import cache, package_index, progress
 from sglpatch.package_index import IndexConfig
 from sglpatch.errors import SglpatchError
@@ -237,7 +235,7 @@ def _index_entries_at(config: IndexConfig, url: str) -> dict[str, dict]:
     if folder is not None:
         project = folder / "sglang" / "index.html"
         if project.is_file():  # a PEP 503 index on disk
-            return _parse_simple_html(project.read_bytes(), project.as_uri())
+            return _project_entries(project.read_bytes(), "text/html", project.as_uri())
         if not folder.is_dir():
             raise SglpatchError(f"{url}: no such folder")
         return {
@@ -251,27 +249,27 @@ def _index_entries_at(config: IndexConfig, url: str) -> dict[str, dict]:
         with config.open(project_url, accept=accept, timeout=60) as response:
             body = response.read()
             content_type = response.headers.get("Content-Type", "")
-    except SglpatchError as exc:
+    except (SglpatchError, OSError) as exc:
         raise SglpatchError(f"cannot read the package index at {project_url}: {exc}") from None
-    except OSError as exc:
-        raise SglpatchError(f"cannot read the package index at {project_url}: {exc}") from None
+    return _project_entries(body, content_type, project_url)
+
+
+def _project_entries(body: bytes, content_type: str, page_url: str) -> dict[str, dict]:
+    """sglang's files on one project page, as ``index_entries`` gives them: pypi-simple reads the
+    JSON (PEP 691) and the HTML (PEP 503) page, its hashes and upload times. It is imported here,
+    not at the top: with pydantic it is about 0.3 s, which every sglpatch command would pay at
+    start, and only a listing of the index needs it."""
+    from pypi_simple import ProjectPage
+
     try:
         if "json" in content_type:
-            page = ProjectPage.from_json_data(json.loads(body), project_url)
+            page = ProjectPage.from_json_data(json.loads(body), page_url)
         else:
-            page = ProjectPage.from_html("sglang", body, project_url)
+            page = ProjectPage.from_html("sglang", body, page_url)
     except (ValueError, KeyError, TypeError) as exc:
-        raise SglpatchError(f"{project_url}: not a PEP 691 or PEP 503 project page: {exc}") from None
-    return _entries(page)
-
-
-def _parse_simple_html(body: bytes, page_url: str) -> dict[str, dict]:
-    return _entries(ProjectPage.from_html("sglang", body, page_url))
-
-
-def _entries(page: ProjectPage) -> dict[str, dict]:
-    """The project page's files as ``index_entries`` gives them; pypi-simple reads both the JSON
-    (PEP 691) and the HTML (PEP 503) page, its hashes and upload times."""
+        # pydantic's ValidationError (a ValueError) spans lines, one per field: its first says what.
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise SglpatchError(f"{page_url}: not a PEP 691 or PEP 503 project page: {first}") from None
     return {
         package.filename: {
             "url": package.url,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import http.server
 import json
@@ -19,6 +20,7 @@ import pytest
 from conftest import REPO_ROOT
 from sglpatch import package_index as index
 from sglpatch import sources
+from sglpatch.errors import SglpatchError
 from sglpatch.project import apply_series
 
 def _simple_index(folder, artifacts):
@@ -159,6 +161,29 @@ def test_the_configured_index_lists_the_pinned_artifacts():
         assert pin.artifact in entries, pin.artifact
 
 
+@contextlib.contextmanager
+def _index_serving(kind: str, body: str, asked: list):
+    """An index server on a free local port answering every request with ``body``; yields its URL."""
+
+    class Index(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            asked.append((self.path, self.headers.get("Accept", "")))
+            self.send_response(200)
+            self.send_header("Content-Type", kind)
+            self.end_headers()
+            self.wfile.write(body.encode())
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.HTTPServer(("127.0.0.1", 0), Index)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_port}/simple"
+    finally:
+        server.shutdown()
+
+
 @pytest.mark.parametrize("page", ["json", "html"])
 def test_an_index_served_over_http_is_read_as_pep_691_json_or_pep_503_html(tmp_path, page):
     """The project page as an index server sends it, JSON when asked for it or HTML: file names,
@@ -173,28 +198,20 @@ def test_an_index_served_over_http_is_read_as_pep_691_json_or_pep_503_html(tmp_p
         "html": ("text/html", f'<html><body><a href="../../files/sglang-0.5.24.tar.gz#sha256={digest}">sglang-0.5.24.tar.gz</a></body></html>'),
     }
     asked = []
-
-    class Index(http.server.BaseHTTPRequestHandler):
-        def do_GET(self):
-            asked.append((self.path, self.headers.get("Accept", "")))
-            kind, body = bodies[page]
-            self.send_response(200)
-            self.send_header("Content-Type", kind)
-            self.end_headers()
-            self.wfile.write(body.encode())
-
-        def log_message(self, *args):
-            pass
-
-    server = http.server.HTTPServer(("127.0.0.1", 0), Index)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        url = f"http://127.0.0.1:{server.server_port}/simple"
+    with _index_serving(*bodies[page], asked) as url:
         entries = sources.index_entries(url)
-    finally:
-        server.shutdown()
+    port = url.split(":")[2].split("/")[0]
     assert asked[0][0] == "/simple/sglang/" and "application/vnd.pypi.simple.v1+json" in asked[0][1]
     entry = entries["sglang-0.5.24.tar.gz"]
-    assert entry["url"] == f"http://127.0.0.1:{server.server_port}/files/sglang-0.5.24.tar.gz"
+    assert entry["url"] == f"http://127.0.0.1:{port}/files/sglang-0.5.24.tar.gz"
     assert entry["sha256"] == digest
     assert entry["released"] == ("2026-11-30T10:20:30.123456Z" if page == "json" else "")
+
+
+@pytest.mark.parametrize("body", ["{not json", '{"files": 3}', '{"name": "sglang", "files": [{"url": "x"}]}'])
+def test_a_broken_json_project_page_is_a_one_line_error_naming_the_page(body):
+    with _index_serving("application/vnd.pypi.simple.v1+json", body, []) as url:
+        with pytest.raises(SglpatchError) as refused:
+            sources.index_entries(url)
+    message = str(refused.value)
+    assert "\n" not in message and message.startswith(f"{url}/sglang/: not a PEP 691 or PEP 503 project page: "), message
