@@ -1,8 +1,8 @@
 """Leave-one-out port figures for `sglpatch rebase` (a benchmark, not a test: it prints, it does not assert).
 
 For every pinned release V (or those given): a copy of the project as if V had never been seen (its pin
-and lock entry removed, every rendition made for V alone deleted, ranges ending or starting at V
-narrowed; ``sglpatch.leave_one_out``), then ``sglpatch rebase V`` in the copy -- the cascade of merge tools
+and lock entry removed, every rendition made for V alone deleted, every rendition covering V and other
+pins made again for the nearest of them from its locked commit; ``sglpatch.leave_one_out``), then ``sglpatch rebase V`` in the copy -- the cascade of merge tools
 and the judge -- and, unless ``--dry-run``, the staged witnessed apply that writes the pin and lock.
 Per release and patch: the verdict, the cascade step that ported it or what stopped it, whether the
 release's tree equals the committed lock's, and the time. Totals: k/N ported by themselves, j/N

@@ -24,8 +24,10 @@ from sglpatch import cache, diffs, progress
 from sglpatch.check import patch_problems
 from sglpatch.checkouts import Checkouts, tree_modes
 from sglpatch.errors import SglpatchError
+from sglpatch import gitcmd
 from sglpatch.gitcmd import git_out, run_git
-from sglpatch.index_apply import apply_to_index, check_exact, commit_patch, conflict_detail, display_name, reverse_applies
+from sglpatch.index_apply import (apply_to_index, check_exact, commit_patch, conflict_detail, display_name, made_on,
+                                  reverse_applies, three_way_to_index)
 from sglpatch.lock import check_entry, compare_entry
 from sglpatch.outcomes import FAILURES, Outcome
 from sglpatch.pins import Pin
@@ -101,8 +103,12 @@ def apply_pin(
     allow_unavailable: bool = False,
     discard_local: bool = False,
     record: bool = True,
+    pins: tuple[Pin, ...] = (),
 ) -> PinResult:
     """Apply ``series`` to ``pin``; on any failure the pin's tree is left as it was.
+
+    A rendition that does not apply exactly gets git's three-way apply, its pre-image blobs read
+    from the pristine tree of another of ``pins`` it covers (``applied-three-way``).
 
     With ``run_witnesses``, each patch's witness runs on the pristine tree first: a patch whose bug
     is absent there is ``not-needed`` and is not applied; after the series, every witness of an
@@ -119,7 +125,7 @@ def apply_pin(
             ensure_tree_repo(tree_path, pristine)
             clear_leftovers(tree_path)
             check_clean(tree_path)
-            _build(tree_path, pin, series, pristine, result, run_witnesses, allow_unavailable)
+            _build(tree_path, pin, series, pristine, result, run_witnesses, allow_unavailable, pins)
             if any(outcome.status in FAILURES for outcome in result.patches):
                 result.error = "; ".join(
                     f"{o.name}: {o.status}" for o in result.patches if o.status in FAILURES
@@ -155,18 +161,23 @@ def apply_pin(
 
 
 def _inputs_key(
-    pin: Pin, pristine: Pristine, renditions: list[tuple[str, PatchFile | None]], run_witnesses: bool
+    pin: Pin, pristine: Pristine, renditions: list[tuple[str, PatchFile | None]], run_witnesses: bool,
+    pins: tuple[Pin, ...],
 ) -> str:
-    """What an apply result depends on: the pristine commit, every rendition's bytes, and with
-    witnesses each witness's fingerprint for the pin (its code, environment and toolchain)."""
+    """What an apply result depends on: the pristine commit, every rendition's bytes and the pins
+    whose trees its three-way apply could read, git's version, and with witnesses each witness's
+    fingerprint for the pin (its code, environment and toolchain)."""
     prints = (
         sorted(f"{w.name}-{answer_cache.fingerprint(w, pin)}" for w in registry.registry().values())
         if run_witnesses
         else []
     )
-    digest = hashlib.sha256(f"sglpatch-apply-5\0{pristine.commit}\0{prints}\0".encode())
+    digest = hashlib.sha256(f"sglpatch-apply-6\0{pristine.commit}\0{gitcmd.version()}\0{prints}\0".encode())
     for name, rendition in renditions:
         digest.update(name.encode() + b"\0" + (rendition.raw if rendition else b"-") + b"\0")
+        if rendition is not None:
+            bases = sorted(f"{p.version}={p.sha256}" for p in pins if p.version != pin.version and rendition.covers(p.version))
+            digest.update(" ".join(bases).encode() + b"\0")
     return digest.hexdigest()
 
 
@@ -178,9 +189,10 @@ def _build(
     result: PinResult,
     run_witnesses: bool,
     allow_unavailable: bool,
+    pins: tuple[Pin, ...] = (),
 ) -> None:
     selected = [(patch.name, patch.for_version(pin.version)) for patch in series.patches]
-    key = _inputs_key(pin, pristine, selected, run_witnesses)
+    key = _inputs_key(pin, pristine, selected, run_witnesses, pins)
     memo = tree_path / ".git" / RESULTS_DIR / f"{key}.json"
     if memo.exists():
         saved = json.loads(memo.read_text())
@@ -194,7 +206,7 @@ def _build(
             problems = patch_problems(rendition, series.directory.parent)
             if problems:
                 raise SglpatchError("; ".join(str(problem) for problem in problems))
-    _apply_all(tree_path, pin, pristine, selected, result, run_witnesses, allow_unavailable)
+    _apply_all(tree_path, pin, pristine, selected, result, run_witnesses, allow_unavailable, pins)
     # An unavailable witness may be available next time; only settled answers are remembered.
     settled = not any(o.unproven for o in result.patches)
     if settled and not any(outcome.status in FAILURES for outcome in result.patches):
@@ -211,6 +223,7 @@ def _apply_all(
     result: PinResult,
     run_witnesses: bool,
     allow_unavailable: bool = False,
+    pins: tuple[Pin, ...] = (),
 ) -> None:
     checks = {
         name: registry.witness_for(rendition.trailer("Witness"), str(rendition.path))
@@ -224,7 +237,7 @@ def _apply_all(
             lambda: checkouts.get(pristine.commit),
         )
         before = {name: answers[witness.name] for name, witness in checks.items() if witness is not None}
-        _apply_commits(tree_path, pin, pristine, selected, result, before, allow_unavailable)
+        _apply_commits(tree_path, pin, pristine, selected, result, before, allow_unavailable, pins)
         to_confirm = [
             outcome for outcome in result.patches
             if checks.get(outcome.name) is not None and outcome.status not in (Outcome.NOT_NEEDED, Outcome.NOT_APPLICABLE, *FAILURES)
@@ -252,6 +265,7 @@ def _apply_commits(
     result: PinResult,
     before: dict[str, WitnessResult],
     allow_unavailable: bool = False,
+    pins: tuple[Pin, ...] = (),
 ) -> None:
     git_dir = tree_path / ".git"
     fd, index_name = tempfile.mkstemp(dir=git_dir, prefix="sglpatch-index-")
@@ -282,7 +296,7 @@ def _apply_commits(
                     )
                 )
                 continue
-            outcome = _apply_one(tree_path, env, modes, name, rendition, parent)
+            outcome = _apply_one(tree_path, env, modes, name, rendition, parent, made_on(rendition, pins, pin.version))
             if witnessed is not None:
                 outcome.witness_before = witnessed.summary()
                 outcome.needed = True if witnessed.state == BUG else None
@@ -336,7 +350,10 @@ def _apply_one(
     name: str,
     rendition: PatchFile,
     parent: str,
+    bases=(),
 ) -> PatchOutcome:
+    """Exactly (at an offset where git finds one), else -- unless the tree already holds it or lacks
+    a file it changes -- by git's three-way apply from ``bases`` (see ``three_way_to_index``)."""
     where = display_name(rendition)
     outcome = PatchOutcome(name=name, status="", rendition=str(rendition.path))
     patch_set = diffs.parse_diff(rendition)
@@ -362,8 +379,14 @@ def _apply_one(
         outcome.status = Outcome.MISSING_FILE
         outcome.detail = f"{where}: not in the tree: {', '.join(missing)}"
         return outcome
+    merged = three_way_to_index(tree_path, env, rendition.diff_text, bases)
+    if merged.tree:
+        outcome.commit = commit_patch(tree_path, rendition, merged.tree, parent)
+        outcome.status = Outcome.APPLIED_THREE_WAY
+        outcome.detail = f"three-way from the blobs it was made on (lent by {merged.lent_by}'s pristine tree)"
+        return outcome
     outcome.status = Outcome.CONFLICT
-    outcome.detail = conflict_detail(where, patch_set, exact.stderr)
+    outcome.detail = conflict_detail(where, patch_set, exact.stderr) + f"\n{where}: three-way: {merged.detail}"
     return outcome
 
 

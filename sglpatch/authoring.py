@@ -27,9 +27,10 @@ from pathlib import Path
 from sglpatch import cache
 from sglpatch.check import check_series
 from sglpatch.errors import SglpatchError
+from sglpatch.index_apply import commit_as_patch
 from sglpatch.gitcmd import git_out, run_git
 from sglpatch.lock import read_lock
-from sglpatch.outcomes import Outcome
+from sglpatch.outcomes import APPLIED_STATES
 from sglpatch.project import apply_series
 from sglpatch.series import RENDITIONS_DIR, SERIES_FILE, PatchFile, series_entries
 from sglpatch.sources import PRISTINE_REF
@@ -70,7 +71,7 @@ def applied_renditions(project, version: str) -> list[tuple[str, PatchFile]]:
     series = project.series()
     applied = []
     for outcome in entry.get("patches", []):
-        if outcome.get("status") in (Outcome.APPLIED, Outcome.APPLIED_WITH_OFFSET):
+        if outcome.get("status") in APPLIED_STATES:
             rendition = series.get(outcome["name"]).for_version(version)
             if rendition is None:
                 raise SglpatchError(f"{outcome['name']}: the lock applies it to {version} but no rendition covers it")
@@ -204,16 +205,28 @@ def _same_patch(new: bytes, old: bytes) -> bool:
 # -- export ----------------------------------------------------------------------------------------
 
 
+def _locked_patches(project, version: str) -> list[tuple[str, bytes]]:
+    """(series name, the pin's own patch) of every patch the lock applies to ``version``: its
+    commit as the lock pins it (``into.locked_series``, checked there), as ``git format-patch``
+    writes it. Not the rendition file: one that apply merged three-way gives the pin's change
+    only through git's merge, and plain ``quilt push`` or ``git am`` cannot do that."""
+    from sglpatch.into import locked_series  # into builds on this module's applied_renditions
+
+    pin = project.pins().select([version])[0]
+    with locked_series(project, pin) as locked:
+        return [(name, commit_as_patch(locked.repo, commit)) for (name, _), commit in zip(locked.renditions, locked.commits)]
+
+
 def export_quilt(project, version: str, dest: Path) -> Path:
-    """The pin's applied series as a quilt folder: each applied rendition under its series name,
-    and a ``series`` file in order (``QUILT_PATCHES=DEST quilt push -a`` on the pristine tree)."""
-    applied = applied_renditions(project, version)
+    """The pin's applied series as a quilt folder: each patch as locked for the pin under its series
+    name, and a ``series`` file in order (``QUILT_PATCHES=DEST quilt push -a`` on the pristine tree)."""
     if dest.exists() and any(dest.iterdir()):
         raise SglpatchError(f"{dest}: exists and is not empty; choose an empty or new folder")
+    applied = _locked_patches(project, version)
     staging = Path(tempfile.mkdtemp(dir=dest.parent if dest.parent.exists() else None, prefix=".sglpatch-quilt-"))
     try:
-        for name, rendition in applied:
-            shutil.copyfile(rendition.path, staging / name)
+        for name, text in applied:
+            (staging / name).write_bytes(text)
         (staging / "series").write_text(
             f"# sglpatch series for sglang {version}, applied in this order (-p1)\n" + "".join(f"{n}\n" for n, _ in applied)
         )
@@ -227,10 +240,10 @@ def export_quilt(project, version: str, dest: Path) -> Path:
 
 
 def export_mbox(project, version: str, dest: Path) -> Path:
-    """The pin's applied series as one mbox, in order, for ``git am`` on the pristine tree."""
-    applied = applied_renditions(project, version)
+    """The pin's applied series as one mbox, in order, each patch as locked for the pin, for
+    ``git am`` on the pristine tree."""
     if dest.exists():
         raise SglpatchError(f"{dest}: exists; choose a new file name")
-    cache.write_atomically(dest, b"".join(rendition.raw if rendition.raw.endswith(b"\n") else rendition.raw + b"\n"
-                                          for _, rendition in applied))
+    applied = _locked_patches(project, version)
+    cache.write_atomically(dest, b"".join(text if text.endswith(b"\n") else text + b"\n" for _, text in applied))
     return dest

@@ -150,11 +150,20 @@ def _coverage_problems(name: str, renditions: list[PatchFile], pins: Pins) -> li
             problems.append(
                 Problem(patch.path, patch.trailer_lines.get("applies-to", 1), f"Applies-To {spec} matches no pin in {pins.path.name}")
             )
-    for pin in pins.pins:
+    newest = None
+    for pin in sorted(pins.pins, key=lambda pin: pin.parsed_version):
         claiming = [patch for patch, spec in specs if spec.contains(Version(pin.version), prereleases=True)]
         if len(claiming) > 1:
             names = ", ".join(p.path.name for p in claiming)
             problems.append(
                 Problem(claiming[1].path, claiming[1].trailer_lines.get("applies-to", 1), f"{name}: renditions {names} both claim pin {pin.version}")
             )
+        if claiming:
+            newest = (pin.version, claiming[0])
+    main = renditions[0] if renditions and renditions[0].path.name == Path(name).name else None
+    if newest is not None and main is not None and newest[1] is not main:
+        problems.append(Problem(
+            main.path, main.trailer_lines.get("applies-to", 1),
+            f"{name}: the main file must be the newest rendition, but {newest[1].path.relative_to(main.path.parent)} "
+            f"covers the newest pin {newest[0]}; `sglpatch patch tidy` moves it"))
     return problems

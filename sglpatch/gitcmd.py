@@ -6,6 +6,7 @@ trees and commits we produce, so every call ignores both and pins the locale.
 
 from __future__ import annotations
 
+import functools
 import os
 import subprocess
 from pathlib import Path
@@ -92,3 +93,10 @@ def borrow_objects(objects_dir: Path, repos: list[Path]) -> None:
     if added:
         alternates.parent.mkdir(parents=True, exist_ok=True)
         alternates.write_text("".join(f"{path}\n" for path in [*listed, *added]))
+
+
+@functools.cache
+def version() -> str:
+    """``git --version``: what git's merges (a three-way apply) are made by, for the keys of the
+    answers they go into."""
+    return git_out(["--version"], Path(os.curdir))

@@ -37,9 +37,9 @@ from sglpatch import cache, diffs, sources
 from sglpatch.authoring import applied_renditions
 from sglpatch.errors import SglpatchError
 from sglpatch.gitcmd import IDENTITY_EMAIL, IDENTITY_NAME, borrow_objects, git_out, run_git
-from sglpatch.index_apply import commit_patch, display_name
+from sglpatch.index_apply import commit_patch, display_name, made_on, three_way_to_index
 from sglpatch.lock import read_lock
-from sglpatch.outcomes import FAILURES, Outcome
+from sglpatch.outcomes import APPLIED_STATES, FAILURES, Outcome
 from sglpatch.processes import run_tool, user_git_env
 from sglpatch.project import apply_series
 from sglpatch.series import PatchFile
@@ -161,7 +161,7 @@ def locked_series(project, pin) -> Iterator[LockedSeries]:
             f"the series has {', '.join(ours) or 'none'}; {_REPROVE}"
         )
     renditions = applied_renditions(project, version)
-    locked_commits = [o.get("commit", "") for o in entry["patches"] if o.get("status") in (Outcome.APPLIED, Outcome.APPLIED_WITH_OFFSET)]
+    locked = [(o.get("commit", ""), o.get("status")) for o in entry["patches"] if o.get("status") in APPLIED_STATES]
     pristine = sources.pristine_from_index(pin)  # the artifact is refused unless its sha256 is the pin's
     if pristine.commit != entry.get("pristine"):
         raise SglpatchError(
@@ -176,21 +176,27 @@ def locked_series(project, pin) -> Iterator[LockedSeries]:
         env = {"GIT_INDEX_FILE": str(repo / ".git" / "sglpatch-index")}
         run_git(["read-tree", pristine.commit], repo, env=env)
         parent, commits = pristine.commit, []
-        for (_, rendition), expected in zip(renditions, locked_commits):
+        for (_, rendition), (expected, status) in zip(renditions, locked):
             where = display_name(rendition)
             # What apply and check refuse in a diff's content (the trailers name witnesses, which
             # as locked do not run).
             problems = diffs.diff_problems(rendition)
             if problems:
                 raise SglpatchError(f"{problems[0]}; refused")
-            applied = run_git(["apply", "--cached", "--whitespace=nowarn", "-"], repo, env=env,
-                              input=rendition.diff_text.encode(), check=False)
-            if applied.returncode != 0:
-                first = (applied.stderr.decode(errors="replace").strip().splitlines() or ["git apply failed"])[0]
+            if status == Outcome.APPLIED_THREE_WAY:
+                # As apply made it: git's three-way apply, from the blobs of a neighbouring pin's tree.
+                merged = three_way_to_index(repo, env, rendition.diff_text, made_on(rendition, project.pins().pins, version))
+                tree, why = merged.tree, merged.detail
+            else:
+                applied = run_git(["apply", "--cached", "--whitespace=nowarn", "-"], repo, env=env,
+                                  input=rendition.diff_text.encode(), check=False)
+                tree = git_out(["write-tree"], repo, env=env) if applied.returncode == 0 else ""
+                why = (applied.stderr.decode(errors="replace").strip().splitlines() or ["git apply failed"])[0]
+            if not tree:
                 raise SglpatchError(
-                    f"{where}: does not apply to sglang {version} as the lock says it does ({first}); {_REPROVE}"
+                    f"{where}: does not apply to sglang {version} as the lock says it does ({status}: {why}); {_REPROVE}"
                 )
-            parent = commit_patch(repo, rendition, git_out(["write-tree"], repo, env=env), parent)
+            parent = commit_patch(repo, rendition, tree, parent)
             if parent != expected:
                 raise SglpatchError(
                     f"{where}: gives commit {parent[:12]} on sglang {version}, the lock has {expected[:12]} "

@@ -2,9 +2,15 @@
 
 For release ``V``: its pin and its lock entry are removed; every rendition whose ``Applies-To``
 holds ``V`` alone is deleted (a main patch made for ``V`` alone is replaced by its nearest
-rendition, whose own file then goes); a range that starts or ends at ``V`` is narrowed to the pins
-left. ``sglpatch rebase V`` in the copy must then port the series by itself: no file in the copy
-was made for ``V``.
+rendition, whose own file then goes). A rendition that holds ``V`` and other pins may have been
+made for ``V`` (a three-way apply serving its neighbours), so it is split: on each other pin where
+the lock commits the patch, a rendition of its own, made from that pin's locked commit
+(``into.locked_series``, checked against the lock) as ``git format-patch`` writes it, with the
+rendition's message, named after the pin, ``Applies-To: ==<pin>``; the pins where it is not
+committed (it serves there to say "already upstream") keep its text, narrowed to them. The newest
+is the main file. Each pin left thus gets its committed tree from a file made for it or for no
+release at all, and ``sglpatch rebase V`` in the copy must port the series by itself: no file in
+the copy was made for ``V``.
 """
 
 from __future__ import annotations
@@ -14,19 +20,23 @@ import shutil
 import time
 from pathlib import Path
 
+from packaging.version import Version
+
 from sglpatch.errors import SglpatchError
+from sglpatch.gitcmd import run_git
+from sglpatch.into import locked_series
 from sglpatch.lock import LOCK_FILE, read_lock
-from sglpatch.outcomes import CLASSIFIED
+from sglpatch.outcomes import APPLIED_STATES, CLASSIFIED
 from sglpatch.pins import load_pins, without_pin
 from sglpatch.project import Project
 from sglpatch.rebase import rebase_onto
-from sglpatch.rebase.trial import candidates
-from sglpatch.series import load_series, set_trailers, spec_for
+from sglpatch.rebase.patch import with_message_of
+from sglpatch.series import RENDITIONS_DIR, load_series, newest_in_main, set_trailers, spec_for
 
 
 def leave_out(source_root: Path, version: str, dest: Path) -> dict:
     """Write the copy of ``source_root`` without ``version`` to ``dest``; returns what was done
-    (``deleted``, ``narrowed``, ``replaced_main``), paths relative to the project."""
+    (``deleted``, ``remade``, ``narrowed``, ``replaced_main``), paths relative to the project."""
     source_root, dest = Path(source_root), Path(dest)
     pins = load_pins(source_root / "upstream" / "pins.toml")
     if version not in [pin.version for pin in pins.pins]:
@@ -35,45 +45,94 @@ def leave_out(source_root: Path, version: str, dest: Path) -> dict:
     (dest / "upstream").mkdir(parents=True, exist_ok=True)
     (dest / "upstream" / "pins.toml").write_text(without_pin((source_root / "upstream" / "pins.toml").read_text(), version))
     lock_path = source_root / LOCK_FILE
+    lock = json.loads(lock_path.read_text()) if lock_path.exists() else {"pins": {}}
     if lock_path.exists():
-        lock = json.loads(lock_path.read_text())
-        lock.get("pins", {}).pop(version, None)
-        (dest / LOCK_FILE).write_text(json.dumps(lock, indent=2) + "\n")
+        left_lock = dict(lock, pins={v: entry for v, entry in lock.get("pins", {}).items() if v != version})
+        (dest / LOCK_FILE).write_text(json.dumps(left_lock, indent=2) + "\n")
     left = load_pins(dest / "upstream" / "pins.toml").pins
     pinned = [pin.version for pin in left]
-    done = {"deleted": [], "narrowed": [], "replaced_main": []}
+    done = {"deleted": [], "remade": [], "narrowed": [], "replaced_main": []}
     series = load_series(dest / "patches")
     relative = lambda path: str(Path(path).relative_to(dest))  # noqa: E731
+    remake = _Remaker(Project(source_root), lock.get("pins", {}))
     for patch in series.patches:
-        main_alone = False
         for rendition in patch.renditions:
             covered = [pin.version for pin in pins.pins if rendition.covers(pin.version)]
             if version not in covered:
                 continue
             rest = [v for v in covered if v != version]
             if not rest:
-                if rendition is patch.main:
-                    main_alone = True
-                else:
+                if rendition is not patch.main:  # a main file made for V alone: the newest other takes its place below
                     rendition.path.unlink()
                     done["deleted"].append(relative(rendition.path))
                 continue
-            spec = spec_for(rest, pinned)
-            if spec is None:
-                raise SglpatchError(f"{rendition.path}: without {version} its pins {rest} are no single range")
-            rendition.path.write_text(set_trailers(rendition.path.read_text(), {"Applies-To": spec}))
-            done["narrowed"].append(f"{relative(rendition.path)}: {spec}")
-        if main_alone:
-            fresh = load_series(dest / "patches").get(patch.name)
-            others = [c for c in candidates(fresh, left, version) if c.rendition.path != fresh.main.path]
-            if not others:
-                raise SglpatchError(f"{patch.name}: made for {version} alone, and no other rendition exists")
-            nearest = others[0].rendition.path
-            fresh.main.path.write_bytes(nearest.read_bytes())
-            nearest.unlink()
-            done["deleted"].append(relative(nearest))
-            done["replaced_main"].append(f"{relative(fresh.main.path)} <- {relative(nearest)}")
+            kept = [v for v in rest if not remake(patch.name, rendition, v)]
+            made = [v for v in rest if v not in kept]
+            if not made:
+                spec = spec_for(rest, pinned)
+                if spec is None:
+                    raise SglpatchError(f"{rendition.path}: without {version} its pins {rest} are no single range")
+                rendition.path.write_text(set_trailers(rendition.path.read_text(), {"Applies-To": spec}))
+                done["narrowed"].append(f"{relative(rendition.path)}: {spec}")
+                continue
+            files = {v: (rendition.path.parent if rendition is not patch.main else
+                         rendition.path.parent / RENDITIONS_DIR / patch.stem) / f"{v}.patch" for v in made}
+            if rendition is patch.main and not kept:
+                files[max(made, key=Version)] = rendition.path  # the series names the main file: it stays
+            texts = {files[v]: set_trailers(remake(patch.name, rendition, v), {"Applies-To": f"=={v}"}) for v in made}
+            if kept:
+                spec = spec_for(kept, pinned)
+                if spec is None:
+                    raise SglpatchError(f"{rendition.path}: the pins {kept} it is not committed on are no single range")
+                texts[rendition.path] = set_trailers(rendition.path.read_text(), {"Applies-To": spec})
+                done["narrowed"].append(f"{relative(rendition.path)}: {spec}")
+            clash = [path for path in texts if path.exists() and path != rendition.path]
+            if clash:
+                raise SglpatchError(f"{clash[0]}: exists, so {rendition.path.name} cannot be split under that name")
+            if rendition.path not in texts:
+                rendition.path.unlink()
+            for path, text in texts.items():
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.write_text(text)
+            done["remade"].append(f"{relative(rendition.path)} -> " + ", ".join(relative(files[v]) for v in made)
+                                  + " (each made for its pin from the pin's locked commit)")
+        fresh = load_series(dest / "patches").get(patch.name)
+        for path, text in newest_in_main(fresh, {}, pinned).items():
+            if text is None:
+                done["replaced_main"].append(f"{relative(fresh.main.path)} <- {relative(path)}")
+                path.unlink()
+            else:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.write_text(text)
     return done
+
+
+def _place(pins, version: str) -> int:
+    return sorted((pin.version for pin in pins.pins), key=Version).index(version)
+
+
+class _Remaker:
+    """A patch's rendition made for a pin from the pin's locked commit of it (None where the lock
+    commits the patch on that pin not at all); each pin's series is committed again once."""
+
+    def __init__(self, project: Project, lock: dict):
+        self.project = project
+        self.lock = lock
+        self.made: dict[str, dict[str, str]] = {}
+
+    def __call__(self, name: str, rendition, version: str) -> str | None:
+        statuses = {o.get("name"): o.get("status") for o in self.lock.get(version, {}).get("patches", [])}
+        if statuses.get(name) not in APPLIED_STATES:
+            return None
+        if version not in self.made:
+            pin = self.project.pins().select([version])[0]
+            with locked_series(self.project, pin) as locked:
+                self.made[version] = {
+                    patch: run_git(["format-patch", "-1", "--stdout", "--zero-commit", commit], locked.repo).stdout.decode()
+                    for (patch, _), commit in zip(locked.renditions, locked.commits)
+                }
+        text = self.made[version].get(name)
+        return with_message_of(rendition, text) if text else None
 
 
 # -- the port of a release left out ---------------------------------------------------------------

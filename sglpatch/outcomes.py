@@ -13,6 +13,8 @@ class Outcome(enum.StrEnum):
     # apply, on a pin
     APPLIED = "applied"
     APPLIED_WITH_OFFSET = "applied-with-offset"
+    # git's three-way apply from the blobs the rendition was made on (a neighbouring pin's tree)
+    APPLIED_THREE_WAY = "applied-three-way"
     ALREADY_UPSTREAM = "already-upstream"  # also rebase's: a rendition reverse-applies on the release
     CONFLICT = "conflict"
     MISSING_FILE = "missing-file"
@@ -27,6 +29,8 @@ class Outcome(enum.StrEnum):
     NEEDS_HAND_PORT = "needs-hand-port"
 
 
+# The statuses of a patch committed on the pin.
+APPLIED_STATES = (Outcome.APPLIED, Outcome.APPLIED_WITH_OFFSET, Outcome.APPLIED_THREE_WAY)
 # The statuses that fail a pin.
 FAILURES = (Outcome.CONFLICT, Outcome.MISSING_FILE, Outcome.WITNESS_FAILED, Outcome.WITNESS_UNAVAILABLE)
 # The rebase verdicts that settle a patch on the release; any other leaves it to a person.

@@ -162,4 +162,4 @@ def _apply_one_pin(project, pin, series, trees, git_url, **options) -> PinResult
         pristine = sources.pristine_from_git(pin, git_url) if git_url else sources.pristine_from_index(pin)
     except SglpatchError as exc:
         return PinResult(version=pin.version, tree_path=str(trees / pin.version), error=str(exc))
-    return apply_pin(pin, series, pristine, trees, project.lock_file, **options)
+    return apply_pin(pin, series, pristine, trees, project.lock_file, pins=project.pins().pins, **options)

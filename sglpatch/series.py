@@ -13,7 +13,9 @@ trailers at the end of the commit message, after DEP-3 and Yocto:
 
 Where upstream moved the code, a patch has more renditions, one file each, in
 ``patches/renditions/<patch name without .patch>/``; each carries its own ``Applies-To`` and the
-rendition whose specifier contains a pin's version is the one applied to that pin.
+rendition whose specifier contains a pin's version is the one applied to that pin (exactly, or by
+git's three-way apply: ``sglpatch.apply``). The main file is the newest rendition, the one that
+covers the newest pin (``newest_in_main``).
 """
 
 from __future__ import annotations
@@ -286,3 +288,37 @@ def spec_for(versions, pinned) -> str | None:
     low, high = Version(chosen[0]), Version(chosen[-1])
     inside = sorted((v for v in set(pinned) | set(chosen) if low <= Version(v) <= high), key=Version)
     return f">={chosen[0]},<={chosen[-1]}" if inside == chosen else None
+
+
+def covered_by(text: str, pinned: list[str]) -> list[str]:
+    """The pinned versions a rendition's text claims by its ``Applies-To``."""
+    spec = dict(message_trailers(text)).get("Applies-To", "")
+    found = SpecifierSet(spec)
+    return [version for version in pinned if found.contains(Version(version), prereleases=True)]
+
+
+def newest_in_main(patch: SeriesPatch, texts: dict[Path, str | None], pinned: list[str]) -> dict[Path, str | None]:
+    """``texts`` (a rendition's path -> its new text, None where it goes) with, where a file other
+    than the main one then covers the newest pin, that file's text in the main file and the main
+    file's text under ``renditions/`` named after the newest pin it covers."""
+    final = {r.path: r.raw.decode() for r in patch.renditions}
+    final.update(texts)
+    final = {path: text for path, text in final.items() if text is not None}
+    main = patch.main.path
+    covering = {path: covered_by(text, pinned) for path, text in final.items()}
+    claimed = [version for versions in covering.values() for version in versions]
+    if not claimed:
+        return texts
+    newest = max(claimed, key=Version)
+    holder = next(path for path, versions in covering.items() if newest in versions)
+    if holder == main:
+        return texts
+    changes = dict(texts)
+    changes[main] = final[holder]
+    changes[holder] = None
+    if main in final and covering[main]:
+        aside = main.parent / RENDITIONS_DIR / patch.stem / f"{max(covering[main], key=Version)}.patch"
+        if aside in final and aside != holder:
+            raise SglpatchError(f"{aside}: exists, so the main file of {patch.name} cannot move there; rename one by hand")
+        changes[aside] = final[main]
+    return changes

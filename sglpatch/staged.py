@@ -17,8 +17,8 @@ from sglpatch.lock import LOCK_FILE
 from sglpatch.project import Project, apply_series
 
 
-def write_staged(project, changes: dict[Path, bytes], pins_to_apply: list[str], verify=None) -> None:
-    """Write ``changes`` (project path -> bytes) only if the series, staged with them in a temporary
+def write_staged(project, changes: dict[Path, bytes | None], pins_to_apply: list[str], verify=None) -> None:
+    """Write ``changes`` (project path -> bytes, or None to remove the file) only if the series, staged with them in a temporary
     copy of the project, passes ``check`` and applies to ``pins_to_apply`` with witnesses (the
     staged lock updated, and taken along); ``verify(report)`` may refuse with a reason. On any
     refusal nothing in the project has changed."""
@@ -31,6 +31,9 @@ def write_staged(project, changes: dict[Path, bytes], pins_to_apply: list[str], 
             shutil.copy2(project.lock_file, stage / LOCK_FILE)
         for path, data in changes.items():
             target = stage / path.relative_to(root)
+            if data is None:
+                target.unlink(missing_ok=True)
+                continue
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_bytes(data)
         staged = Project(stage)
@@ -46,17 +49,20 @@ def write_staged(project, changes: dict[Path, bytes], pins_to_apply: list[str], 
         reason = verify(applied) if verify else ""
         if reason:
             raise SglpatchError(f"{reason}; nothing written")
-        final = {path: (stage / path.relative_to(root)).read_bytes() for path in changes}
+        final = {path: None if data is None else (stage / path.relative_to(root)).read_bytes() for path, data in changes.items()}
         final[project.lock_file] = (stage / LOCK_FILE).read_bytes()
         move_in(final)
 
 
-def move_in(files: dict[Path, bytes]) -> None:
-    """Each file written beside its destination, then renamed onto it; if one fails, the ones
-    already moved are put back as they were."""
-    ready: list[tuple[Path, Path]] = []
+def move_in(files: dict[Path, bytes | None]) -> None:
+    """Each file written beside its destination, then renamed onto it (a None removes it); if one
+    fails, the ones already moved or removed are put back as they were."""
+    ready: list[tuple[Path | None, Path]] = []
     try:
         for path, data in files.items():
+            if data is None:
+                ready.append((None, path))
+                continue
             path.parent.mkdir(parents=True, exist_ok=True)
             fd, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}-")
             with os.fdopen(fd, "wb") as handle:
@@ -64,20 +70,31 @@ def move_in(files: dict[Path, bytes]) -> None:
             ready.append((Path(name), path))
     except OSError as exc:
         for tmp, _ in ready:
-            tmp.unlink(missing_ok=True)
+            if tmp is not None:
+                tmp.unlink(missing_ok=True)
         raise SglpatchError(f"cannot stage {path}: {exc}; nothing written") from None
-    previous = {path: path.read_bytes() if path.exists() else None for _, path in ready}
+    try:
+        previous = {path: path.read_bytes() if path.exists() else None for _, path in ready}
+    except OSError as exc:
+        for tmp, _ in ready:
+            if tmp is not None:
+                tmp.unlink(missing_ok=True)
+        raise SglpatchError(f"cannot read {exc.filename}, which would be replaced: {exc.strerror}; nothing written") from None
     done: list[Path] = []
     try:
         for tmp, path in ready:
-            os.replace(tmp, path)
-            done.append(path)
-    except OSError as exc:
-        for path in done:
-            if previous[path] is None:
+            if tmp is None:
                 path.unlink(missing_ok=True)
             else:
-                path.write_bytes(previous[path])
+                os.replace(tmp, path)
+            done.append(path)
+    except OSError as exc:
+        for moved in done:
+            if previous[moved] is None:
+                moved.unlink(missing_ok=True)
+            else:
+                moved.write_bytes(previous[moved])
         for tmp, _ in ready:
-            tmp.unlink(missing_ok=True)
+            if tmp is not None:
+                tmp.unlink(missing_ok=True)
         raise SglpatchError(f"cannot move {path} into place: {exc}; the files are as they were") from None

@@ -19,6 +19,7 @@ from sglpatch import sources
 from sglpatch.checkouts import checkout_commit
 from sglpatch.errors import SglpatchError
 from sglpatch.gitcmd import IDENTITY_EMAIL, IDENTITY_NAME, git_out, run_git
+from sglpatch.index_apply import apply_to_index, check_exact, made_on, reverse_applies, three_way_to_index
 from sglpatch.processes import run_tool, user_git_env
 from sglpatch.series import METADATA_TRAILERS, PatchFile, SeriesPatch
 from sglpatch.tree_repo import ensure_tree_repo
@@ -77,19 +78,24 @@ def export(
         index = Path(scratch) / "index"
         env = {"GIT_INDEX_FILE": str(index)}
         run_git(["read-tree", base_commit], repo, env=env)
-        diff = rendition.diff_text.encode()
-        if run_git(["apply", "--cached", "--check", "-"], repo, env=env, input=diff, check=False).returncode:
-            if run_git(["apply", "--cached", "--check", "--reverse", "-"], repo, env=env, input=diff, check=False).returncode == 0:
-                raise SglpatchError(f"{patch.name}: already upstream at {label} (the patch reverse-applies); nothing to send")
-            raise SglpatchError(f"{patch.name}: does not apply to {label}; rebase it first (nox -s rebase)")
+        exact = check_exact(repo, env, rendition.diff_text)
+        if not exact.applies and reverse_applies(repo, env, rendition.diff_text):
+            raise SglpatchError(f"{patch.name}: already upstream at {label} (the patch reverse-applies); nothing to send")
+        if exact.applies:
+            tree = apply_to_index(repo, env, rendition.diff_text)
+        else:
+            # As apply does on a pin: git's three-way apply from the blobs the rendition was made on.
+            merged = three_way_to_index(repo, env, rendition.diff_text, made_on(rendition, pins.pins, version))
+            if not merged.tree:
+                raise SglpatchError(f"{patch.name}: does not apply to {label}, exactly or three-way ({merged.detail}); "
+                                    "rebase it first (nox -s rebase)")
+            tree = merged.tree
         if witness is not None:
             before = witness.run(checkout_commit(repo, base_commit, Path(scratch) / "before"), pin)
             if before.state == CLEAN:
                 raise SglpatchError(
                     f"{patch.name}: not needed at {label}: witness {witness.name} already passes there ({before.detail})"
                 )
-        run_git(["apply", "--cached", "-"], repo, env=env, input=diff)
-        tree = git_out(["write-tree"], repo, env=env)
         commit = upstream_commit(repo, rendition, tree, base_commit, signoff=signoff)
         if witness is not None:
             after = witness.run(checkout_commit(repo, commit, Path(scratch) / "after"), pin)

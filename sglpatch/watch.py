@@ -183,7 +183,7 @@ def open_pull_request(project, report: WatchReport, *, base: str = "main", remot
     title = f"Pin sglang {versions}: the series ported by the release watch"
     body = report.report_path.read_text() if report.report_path else report.markdown()
     git("switch", "--quiet", "-c", branch)
-    git("add", "--", *files)
+    git("add", "-A", "--", *files)  # -A: a rendition whose text moved to the main file is removed
     git("commit", "--quiet", "-m", f"{title}\n\n" + "\n".join(port.text() for port in ports))
     git("push", "--quiet", remote, f"{branch}:{branch}")
     gh = shutil.which("gh")

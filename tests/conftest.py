@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import getpass
+import json
 import hashlib
 import io
 import os
@@ -25,7 +26,7 @@ import pytest
 from sglpatch import cache, sources
 from sglpatch.checkouts import checkout_commit
 from sglpatch.pins import load_pins
-from sglpatch.project import Project
+from sglpatch.project import Project, apply_series
 from sglpatch.series import load_series
 from sglpatch.witnesses import answer_cache, registry
 from sglpatch.witnesses.results import BUG, CLEAN, UNAVAILABLE, WitnessResult
@@ -415,3 +416,37 @@ def test_witnesses(monkeypatch):
             witness.runs.clear()
     monkeypatch.setattr(registry, "registry", lambda: {**_real_registry(), **TEST_WITNESSES})
     return TEST_WITNESSES
+
+
+def example_lines(replace: dict[int, str] | None = None, insert_top: int = 0) -> str:
+    """The fake pins' ``example.py`` ("line 1" .. "line 40"), with lines replaced by number and
+    ``insert_top`` new lines on top."""
+    lines = [f"line {n}\n" for n in range(1, 41)]
+    for number, text in (replace or {}).items():
+        lines[number - 1] = text
+    return "".join([f"new top {n}\n" for n in range(insert_top)] + lines)
+
+
+# -- a patch apply merges three-way (git apply --3way from the blobs of another pin's tree) ----------
+
+THREE_WAY_EXAMPLE = "python/sglang/srt/layers/example.py"
+THREE_WAY_CHANGED = example_lines({17: "0.2.5 changed line 17\n"})
+
+
+@pytest.fixture
+def three_way(fake_project, tmp_path, monkeypatch, test_witnesses):
+    """A third pin, 0.2.5, whose example.py changed line 17, in the context of a patch of line 20
+    made on 0.1.0: apply merges it three-way there, from the blobs of 0.2.0's pristine tree. The
+    lock proven by a witness that finds "patched" in example.py."""
+    wheel = make_wheel(fake_project.index, "0.2.5", {**BASE_FILES, "sglang/srt/layers/example.py": THREE_WAY_CHANGED})
+    pins = fake_project.root / "upstream" / "pins.toml"
+    pins.write_text(pins.read_text() + pin_entry("0.2.5", wheel))
+    monkeypatch.setitem(test_witnesses, "example-text", TextWitness("example-text", THREE_WAY_EXAMPLE, "patched"))
+    files = tree_files("0.1.0")
+    patch = format_patch(tmp_path, files, {THREE_WAY_EXAMPLE: files[THREE_WAY_EXAMPLE].replace("line 20\n", "patched\n")}, "example: patch line 20",
+                         trailers={"Witness": "example-text"})
+    fake_project.set_patches([("0001-example.patch", patch)])
+    assert apply_series(fake_project.project).ok
+    locked = json.loads(fake_project.project.lock_file.read_text())["pins"]["0.2.5"]
+    assert locked["patches"][0]["status"] == "applied-three-way"
+    return fake_project

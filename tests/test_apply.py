@@ -8,7 +8,7 @@ import subprocess
 
 import pytest
 
-from conftest import format_patch, git, tree_files
+from conftest import example_lines, format_patch, git, tree_files
 from sglpatch import apply as apply_module
 from sglpatch import tree_repo
 from sglpatch.project import apply_series
@@ -22,13 +22,6 @@ EXAMPLE = "python/sglang/srt/layers/example.py"
 KERNEL = "python/sglang/jit_kernel/csrc/kernel.cuh"
 
 
-def _lines(replace: dict[int, str] | None = None, insert_top: int = 0) -> str:
-    lines = [f"line {n}\n" for n in range(1, 41)]
-    for number, text in (replace or {}).items():
-        lines[number - 1] = text
-    return "".join([f"new top {n}\n" for n in range(insert_top)] + lines)
-
-
 def _guard_patch(tmp_path, version="0.1.0", **kwargs):
     files = tree_files(version)
     guarded = files[KERNEL].replace(
@@ -39,7 +32,7 @@ def _guard_patch(tmp_path, version="0.1.0", **kwargs):
 
 def _example_patch(tmp_path, line=20, text="line twenty, patched\n", **kwargs):
     files = tree_files("0.1.0")
-    return format_patch(tmp_path, files, {EXAMPLE: _lines({line: text})}, f"example: patch line {line}", **kwargs)
+    return format_patch(tmp_path, files, {EXAMPLE: example_lines({line: text})}, f"example: patch line {line}", **kwargs)
 
 
 def _outcomes(report, version):
@@ -118,8 +111,8 @@ def test_a_new_lock_written_by_workers_at_once_holds_every_pin(fake_project, tmp
 
 def test_offset_hunks_are_classified_applied_with_offset(fake_project, tmp_path):
     files = tree_files("0.1.0")
-    files[EXAMPLE] = _lines(insert_top=3)  # the patch was made on a file with 3 more lines on top
-    patch = format_patch(tmp_path, files, {EXAMPLE: _lines({20: "patched\n"}, insert_top=3)}, "example: offset")
+    files[EXAMPLE] = example_lines(insert_top=3)  # the patch was made on a file with 3 more lines on top
+    patch = format_patch(tmp_path, files, {EXAMPLE: example_lines({20: "patched\n"}, insert_top=3)}, "example: offset")
     fake_project.set_patches([("0001-offset.patch", patch)])
     outcomes, _ = _outcomes(apply_text(fake_project.project), "0.1.0")
     assert outcomes["0001-offset.patch"].status == "applied-with-offset"
@@ -139,8 +132,8 @@ def test_patch_already_in_the_pin_is_classified_already_upstream(fake_project, t
 
 def test_conflict_names_the_file_and_shows_the_hunk_and_refuses_fuzz(fake_project, tmp_path):
     files = tree_files("0.1.0")
-    files[EXAMPLE] = _lines({19: "a line upstream changed\n"})  # one context line differs: fuzz would take it
-    patch = format_patch(tmp_path, files, {EXAMPLE: _lines({19: "a line upstream changed\n", 20: "patched\n"})}, "example: conflict")
+    files[EXAMPLE] = example_lines({19: "a line upstream changed\n"})  # one context line differs: fuzz would take it
+    patch = format_patch(tmp_path, files, {EXAMPLE: example_lines({19: "a line upstream changed\n", 20: "patched\n"})}, "example: conflict")
     fake_project.set_patches([("0001-conflict.patch", patch)])
     report = apply_series(fake_project.project)
     outcomes, result = _outcomes(report, "0.1.0")
@@ -168,8 +161,8 @@ def test_failure_leaves_the_tree_branch_and_lock_exactly_as_they_were(fake_proje
     before = _head_and_files(tree)
     lock_before = (fake_project.root / "series.lock").read_text()
     files = tree_files("0.1.0")
-    files[EXAMPLE] = _lines({19: "upstream\n"})
-    bad = format_patch(tmp_path, files, {EXAMPLE: _lines({19: "upstream\n", 20: "x\n"})}, "example: bad")
+    files[EXAMPLE] = example_lines({19: "upstream\n"})
+    bad = format_patch(tmp_path, files, {EXAMPLE: example_lines({19: "upstream\n", 20: "x\n"})}, "example: bad")
     fake_project.set_patches(
         [("0001-guard.patch", _guard_patch(tmp_path)), ("0002-example.patch", _example_patch(tmp_path)), ("0003-bad.patch", bad)]
     )
@@ -643,3 +636,68 @@ def test_a_pin_line_whose_compile_witness_ran_at_the_include_graph_level_says_ho
                      witness_after="clean [include-graph gfx942,gfx950]")])
     line = witness_levels(result)
     assert line.startswith("0001 include-graph gfx942,gfx950, nothing compiled; for hip-compile: bash ci/install-hip-toolchain.sh")
+
+
+# -- git's three-way apply from the blobs a rendition was made on ------------------------------
+
+CHANGED_17 = "0.2.5 changed line 17\n"
+
+
+def _pin_with_line_17_changed(fake_project):
+    """A third pin, 0.2.5, whose example.py changed line 17: in the context of a patch of line 20,
+    so a rendition made on 0.1.0 does not apply to it exactly."""
+    from conftest import BASE_FILES, make_wheel, pin_entry
+
+    wheel = make_wheel(fake_project.index, "0.2.5", {**BASE_FILES, "sglang/srt/layers/example.py": example_lines({17: CHANGED_17})})
+    pins = fake_project.root / "upstream" / "pins.toml"
+    pins.write_text(pins.read_text() + pin_entry("0.2.5", wheel))
+
+
+def test_a_rendition_made_on_another_pin_applies_three_way_from_that_pins_blobs_and_leaves_no_alternates(fake_project, tmp_path):
+    _pin_with_line_17_changed(fake_project)
+    fake_project.set_patches([("0001-example.patch", _example_patch(tmp_path))])  # made on 0.1.0, Applies-To >=0.1
+    report = apply_text(fake_project.project)
+    assert report.ok, report.to_json()
+    outcomes, result = _outcomes(report, "0.2.5")
+    outcome = outcomes["0001-example.patch"]
+    assert outcome.status == "applied-three-way"
+    # The pin nearest 0.2.5 that the rendition covers lent the pre-image blobs.
+    assert outcome.detail == "three-way from the blobs it was made on (lent by 0.2.0's pristine tree)"
+    tree = fake_project.root / "build" / "trees" / "0.2.5"
+    # The pin's own change upstream kept, the patch's change made.
+    assert (tree / EXAMPLE).read_text() == example_lines({17: CHANGED_17, 20: "line twenty, patched\n"})
+    assert git(tree, "status", "--porcelain").strip() == ""
+    assert git(tree, "log", "--format=%s", "pristine..sglpatch").splitlines() == ["example: patch line 20"]
+    # The lent tree was borrowed for the one git call: the tree repository keeps no link to the
+    # cache, and holds every object of its commits itself.
+    assert not (tree / ".git" / "objects" / "info" / "alternates").exists()
+    git(tree, "fsck", "--connectivity-only", "--no-dangling")
+    assert json.loads((fake_project.root / "series.lock").read_text())["pins"]["0.2.5"]["patches"][0]["status"] == "applied-three-way"
+    # The pins it was made for apply it exactly, as before.
+    for version in ("0.1.0", "0.2.0"):
+        assert _outcomes(report, version)[0]["0001-example.patch"].status == "applied"
+
+
+def test_without_a_covered_pin_to_lend_the_blobs_a_rendition_that_needs_three_way_is_a_conflict(fake_project, tmp_path):
+    from sglpatch import sources
+    from sglpatch.apply import apply_pin
+
+    _pin_with_line_17_changed(fake_project)
+    # Made on 0.1.0's file, but its Applies-To covers only 0.2.5: no pin it covers holds its blobs.
+    fake_project.set_patches([("0001-example.patch", _example_patch(tmp_path, trailers={"Applies-To": ">=0.2.5"}))])
+    report = apply_text(fake_project.project)
+    outcomes, result = _outcomes(report, "0.2.5")
+    outcome = outcomes["0001-example.patch"]
+    assert outcome.status == "conflict" and not result.ok
+    assert "three-way: no pinned tree holds the blobs it was made on (" in outcome.detail
+    assert f"hunk 1 of {EXAMPLE}" in outcome.detail  # what the exact apply found, as before
+    assert not (fake_project.root / "build" / "trees" / "0.2.5" / EXAMPLE).exists()
+    # Nor when apply is given no pins at all, even where the rendition covers the pins that hold them.
+    fake_project.set_patches([("0001-example.patch", _example_patch(tmp_path))])
+    project = fake_project.project
+    pin = project.pins().select(["0.2.5"])[0]
+    alone = apply_pin(pin, project.series(), sources.pristine_from_index(pin), tmp_path / "alone", project.lock_file,
+                      run_witnesses=False, record=False, pins=())
+    assert [o.status for o in alone.patches] == ["conflict"]
+    assert "no pinned tree holds the blobs it was made on" in alone.patches[0].detail
+    assert not (tmp_path / "alone" / "0.2.5" / ".git" / "objects" / "info" / "alternates").exists()

@@ -112,29 +112,46 @@ def _quilt_push(patches, tree):
     shutil.rmtree(tree / ".pc", ignore_errors=True)
 
 
-def test_a_quilt_export_pushes_with_real_quilt_onto_the_pristine_tree(applied, tmp_path):
-    project = applied.project
-    tree = project.build_dir / "trees" / "0.1.0"
-    folder = authoring.export_quilt(project, "0.1.0", tmp_path / "quilt-patches")
-    assert (folder / "series").read_text().splitlines()[1:] == ["0001-example.patch"]
+def _quilt_export_gives_the_pins_tree(project, version, tmp_path):
+    tree = project.build_dir / "trees" / version
+    folder = authoring.export_quilt(project, version, tmp_path / "quilt-patches")
     work = _pristine_checkout(tree, tmp_path / "work")
     _quilt_push(folder, work)
     archive = subprocess.run(["git", "archive", "sglpatch"], cwd=tree, capture_output=True, check=True).stdout
     (tmp_path / "applied").mkdir()
     subprocess.run(["tar", "-x", "-C", str(tmp_path / "applied")], input=archive, check=True)
     _same_files(work, tmp_path / "applied")
+    return folder
+
+
+def _mbox_export_gives_the_locked_tree(project, version, tmp_path):
+    mbox = authoring.export_mbox(project, version, tmp_path / "series.mbox")
+    clone = tmp_path / "clone"
+    git(tmp_path, "clone", "-q", str(project.build_dir / "trees" / version), str(clone))
+    git(clone, "checkout", "-q", "-b", "am", "origin/pristine")
+    git(clone, *USER, "am", "-q", str(mbox))
+    locked = __import__("json").loads(project.lock_file.read_text())["pins"][version]["tree"]
+    assert git(clone, "rev-parse", "HEAD^{tree}").strip() == locked
+
+
+def test_a_quilt_export_pushes_with_real_quilt_onto_the_pristine_tree(applied, tmp_path):
+    folder = _quilt_export_gives_the_pins_tree(applied.project, "0.1.0", tmp_path)
+    assert (folder / "series").read_text().splitlines()[1:] == ["0001-example.patch"]
 
 
 def test_an_mbox_export_gives_the_locked_tree_with_plain_git_am(applied, tmp_path):
-    project = applied.project
-    tree = project.build_dir / "trees" / "0.1.0"
-    mbox = authoring.export_mbox(project, "0.1.0", tmp_path / "series.mbox")
-    clone = tmp_path / "clone"
-    git(tmp_path, "clone", "-q", str(tree), str(clone))
-    git(clone, "checkout", "-q", "-b", "am", "origin/pristine")
-    git(clone, *USER, "am", "-q", str(mbox))
-    locked = __import__("json").loads(project.lock_file.read_text())["pins"]["0.1.0"]["tree"]
-    assert git(clone, "rev-parse", "HEAD^{tree}").strip() == locked
+    _mbox_export_gives_the_locked_tree(applied.project, "0.1.0", tmp_path)
+
+
+def test_a_pin_whose_patch_apply_merged_three_way_exports_its_own_commit_for_quilt_and_git_am(three_way, tmp_path):
+    # On 0.2.5 the rendition applies only by git's three-way merge: plain quilt and git am need the
+    # pin's own patch, its locked commit as git format-patch writes it.
+    project = three_way.project
+    (tmp_path / "quilt").mkdir()
+    folder = _quilt_export_gives_the_pins_tree(project, "0.2.5", tmp_path / "quilt")
+    assert (folder / "0001-example.patch").read_bytes() != (project.root / "patches" / "0001-example.patch").read_bytes()
+    (tmp_path / "am").mkdir()
+    _mbox_export_gives_the_locked_tree(project, "0.2.5", tmp_path / "am")
 
 
 def test_export_refuses_to_overwrite(applied, tmp_path):

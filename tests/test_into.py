@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from conftest import format_patch, git, tree_files
+from conftest import THREE_WAY_CHANGED, format_patch, git, tree_files
 from sglpatch.witnesses import answer_cache
 from sglpatch.errors import SglpatchError
 from sglpatch.into import apply_into, checkout_version, locked_proof
@@ -319,3 +319,99 @@ def test_sglpatch_image_takes_the_series_as_locked_and_runs_no_witness(guarded, 
     _edit_the_second_patch(guarded.project)
     assert cli.main(["-q", "--root", str(guarded.root), "image", "0.1.0"]) == 2
     assert "the lock has" in capsys.readouterr().err and len(built) == 1
+
+
+
+# -- a patch apply merged three-way (git apply --3way from the blobs of another pin's tree) -------
+
+def _pristine_of(project, version):
+    from sglpatch import sources
+
+    return sources.pristine_from_index(project.pins().select([version])[0])
+
+
+def _checkout_of(project, version, dest):
+    """The user's checkout of ``version``, as in the image: its pristine files, one commit, the tag."""
+    pristine = _pristine_of(project, version)
+    dest.mkdir(parents=True)
+    archive = subprocess.run(["git", "archive", pristine.commit], cwd=pristine.repo, capture_output=True, check=True).stdout
+    subprocess.run(["tar", "-x", "-C", str(dest)], input=archive, check=True)
+    git(dest, "init", "-q", "-b", "main")
+    git(dest, "add", "-A")
+    git(dest, *USER, "commit", "-q", "-m", f"sglang {version} as in the image")
+    git(dest, "tag", f"v{version}")
+    return dest
+
+
+def test_a_patch_locked_as_applied_three_way_goes_into_a_checkout_as_locked(three_way, tmp_path, monkeypatch):
+    from sglpatch.into import locked_series
+
+    project = three_way.project
+    locked = _locked(project, "0.2.5")
+    checkout = _checkout_of(project, "0.2.5", tmp_path / "sglang")
+    git(checkout, "config", "user.name", "Rocm User")
+    git(checkout, "config", "user.email", "user@example.com")
+    head = git(checkout, "rev-parse", "HEAD").strip()
+    _no_witness_may_run(monkeypatch)
+
+    # As locked, the three-way step makes the lock's very commit again (plain git apply refuses it).
+    with locked_series(project, project.pins().select(["0.2.5"])[0]) as series:
+        assert series.commits == [locked["patches"][0]["commit"]] and series.tree == locked["tree"]
+    done = apply_into(project, checkout)
+    assert done.how == "git commits" and len(done.commits) == 1 and done.proof.startswith("as locked (series.lock tree ")
+    assert "0001 applied-three-way" in done.proof
+    assert git(checkout, "rev-parse", "HEAD^{tree}").strip() == locked["tree"]
+    assert git(checkout, "rev-parse", "HEAD^").strip() == head
+    assert (checkout / EXAMPLE).read_text() == THREE_WAY_CHANGED.replace("line 20\n", "patched\n")
+    assert git(checkout, "status", "--porcelain").strip() == ""
+    assert not (checkout / ".git" / "objects" / "info" / "alternates").exists()
+
+
+def _applies_plainly(patch: bytes, project, version, dest) -> str:
+    """The tree ``patch`` gives on ``version``'s pristine files with plain git apply and with GNU
+    patch without fuzz, as the image's apply script runs them; "" where either refuses it."""
+    trees = []
+    for tool in ("git", "patch"):
+        folder = _checkout_of(project, version, dest / tool)
+        command = ["git", "apply", "--whitespace=nowarn", "-"] if tool == "git" else ["patch", "-p1", "--forward", "--fuzz=0", "--batch"]
+        if subprocess.run(command, cwd=folder, input=patch, capture_output=True).returncode:
+            return ""
+        git(folder, "add", "-A")
+        trees.append(git(folder, "write-tree").strip())
+    assert trees[0] == trees[1]
+    return trees[0]
+
+
+def test_the_patched_image_carries_the_pins_own_patch_for_a_patch_applied_three_way(three_way, tmp_path, monkeypatch):
+    import io
+    import tarfile
+
+    from sglpatch import cli
+    from sglpatch.pin_under_test import prepare_pin
+    from sglpatch.rocm import containers, image
+    from sglpatch.rocm.options import RocmOptions
+
+    project = three_way.project
+    locked = _locked(project, "0.2.5")
+    rendition = (three_way.root / "patches" / "0001-example.patch").read_bytes()
+    assert not _applies_plainly(rendition, project, "0.2.5", tmp_path / "rendition")  # why the image cannot take it
+
+    # The matrix's image (no docker engine needed to make its build context).
+    put = prepare_pin(project, "0.2.5")
+    with tarfile.open(fileobj=io.BytesIO(image.patched_image(put, RocmOptions(base_image="x")).context())) as tar:
+        carried = {m.name: tar.extractfile(m).read() for m in tar.getmembers() if m.name.startswith("sglpatch/patches/")}
+    assert list(carried) == ["sglpatch/patches/001_0001-example.patch"]
+    patch = carried["sglpatch/patches/001_0001-example.patch"]
+    own = subprocess.run(["git", "format-patch", "-1", "--stdout", "--no-signature", locked["patches"][0]["commit"]],
+                         cwd=put.tree_path, capture_output=True, check=True).stdout
+    assert patch == own and patch != rendition
+    assert _applies_plainly(patch, project, "0.2.5", tmp_path / "matrix") == locked["tree"]
+
+    # ``sglpatch image``, from the lock.
+    built = []
+    monkeypatch.setattr(containers, "connect", lambda url=None: object())
+    monkeypatch.setattr(image, "build_image", lambda client, spec, on_log=print: built.append(spec) or "sha256:feed")
+    _no_witness_may_run(monkeypatch)
+    assert cli.main(["-q", "--root", str(three_way.root), "image", "0.2.5"]) == 0
+    assert [name for name, _ in built[0].patches] == ["0001-example.patch"]
+    assert built[0].patches[0][1] == own

@@ -12,7 +12,7 @@ import zipfile
 
 import pytest
 
-from conftest import BASE_FILES, REPO_ROOT, TextWitness, format_patch, make_wheel, pin_entry, tree_files
+from conftest import BASE_FILES, REPO_ROOT, TextWitness, example_lines, format_patch, make_wheel, pin_entry, tree_files
 from sglpatch import staged
 from sglpatch.errors import SglpatchError
 from sglpatch.lock import read_lock
@@ -102,13 +102,6 @@ def local_witnesses(monkeypatch, test_witnesses):
     return LOCAL_WITNESSES
 
 
-def _lines(replace):
-    lines = [f"line {n}\n" for n in range(1, 41)]
-    for number, text in replace.items():
-        lines[number - 1] = text
-    return "".join(lines)
-
-
 def _release(fake_project, version, example_text=None, files=None):
     make_wheel(fake_project.index, version, files or {**BASE_FILES, "sglang/srt/layers/example.py": example_text})
 
@@ -122,7 +115,7 @@ def _add_pin(fake_project, version, files):
 def _example_patch(tmp_path, witness="example-20", applies_to=">=0.1", base=None, line=20, subject=None):
     files = base or tree_files("0.1.0")
     return format_patch(
-        tmp_path, files, {EXAMPLE: _lines({line: "patched\n"})}, subject or f"example: patch line {line}",
+        tmp_path, files, {EXAMPLE: example_lines({line: "patched\n"})}, subject or f"example: patch line {line}",
         trailers={"Witness": witness, "Applies-To": applies_to},
     )
 
@@ -137,7 +130,7 @@ def _verdicts(report):
 
 def test_patch_that_applies_as_is_carries_over_and_its_applies_to_grows_to_the_release(fake_project, tmp_path):
     fake_project.set_patches([("0001-example.patch", _example_patch(tmp_path))])
-    _release(fake_project, "0.3.0", _lines({5: "upstream changed line 5\n"}))
+    _release(fake_project, "0.3.0", example_lines({5: "upstream changed line 5\n"}))
     report = rebase_onto(fake_project.project, "0.3.0")
     assert _verdicts(report) == [("0001-example.patch", "carries-over")]
     assert report.written and report.complete
@@ -159,29 +152,32 @@ def test_patch_that_applies_as_is_carries_over_and_its_applies_to_grows_to_the_r
 
 
 def test_release_between_two_pins_is_inserted_in_order_and_takes_the_nearest_rendition_that_applies(fake_project, tmp_path):
-    changed = _lines({17: "0.2.5 changed line 17\n"})
+    changed = example_lines({17: "0.2.5 changed line 17\n"})
     _add_pin(fake_project, "0.2.5", {**BASE_FILES, "sglang/srt/layers/example.py": changed})
-    main = _example_patch(tmp_path, applies_to=">=0.1.0,<=0.2.0")
-    newer = _example_patch(tmp_path, applies_to="==0.2.5", base={**tree_files("0.2.5"), EXAMPLE: changed})
-    fake_project.set_patches([("0001-example.patch", main)], {"0001-example": [("0.2.5.patch", newer)]})
+    # The main file is the newest rendition (0.2.5's); 0.1.0 and 0.2.0 have one of their own.
+    newest = _example_patch(tmp_path, applies_to="==0.2.5", base={**tree_files("0.2.5"), EXAMPLE: changed})
+    older = _example_patch(tmp_path, applies_to=">=0.1.0,<=0.2.0")
+    fake_project.set_patches([("0001-example.patch", newest)], {"0001-example": [("0.2.0.patch", older)]})
     # 0.2.2 as 0.2.5 has it: the older neighbour's rendition does not apply, the newer one's does,
     # exactly -- it is taken before any three-way merge of the older one.
     _release(fake_project, "0.2.2", changed)
     report = rebase_onto(fake_project.project, "0.2.2", write=False)
     assert _verdicts(report) == [("0001-example.patch", "carries-over")]
-    assert report.outcomes[0].rendition == "patches/renditions/0001-example/0.2.5.patch"
+    assert report.outcomes[0].rendition == "patches/0001-example.patch"
     assert [(a.rendition.split("/")[-1], a.how, a.result) for a in report.outcomes[0].attempts] == [
-        ("0001-example.patch", "exact", "does not apply"),
-        ("0.2.5.patch", "exact", "applies"),
+        ("0.2.0.patch", "exact", "does not apply"),
+        ("0001-example.patch", "exact", "applies"),
     ]
     # 0.2.3 as 0.2.0 has it: both neighbours are one pin away; the older one's rendition is tried first.
-    _release(fake_project, "0.2.3", _lines({}))
+    _release(fake_project, "0.2.3", example_lines({}))
     report = rebase_onto(fake_project.project, "0.2.3")
-    assert report.outcomes[0].rendition == "patches/0001-example.patch"
+    assert report.outcomes[0].rendition == "patches/renditions/0001-example/0.2.0.patch"
     assert report.written
     text = (fake_project.root / "upstream" / "pins.toml").read_text()
     assert text.index('"0.2.0"') < text.index('"0.2.3"') < text.index('"0.2.5"')
-    assert "Applies-To: >=0.1.0,<=0.2.3" in (fake_project.root / "patches" / "0001-example.patch").read_text()
+    assert "Applies-To: >=0.1.0,<=0.2.3" in (fake_project.root / "patches" / "renditions" / "0001-example" / "0.2.0.patch").read_text()
+    # The main file still holds the newest pin alone: nothing moved.
+    assert "Applies-To: ==0.2.5" in (fake_project.root / "patches" / "0001-example.patch").read_text()
 
 
 def test_candidates_are_ordered_nearest_release_first():
@@ -195,22 +191,32 @@ def test_candidates_are_ordered_nearest_release_first():
     assert ranks == sorted(ranks)
 
 
-def test_changed_context_is_merged_three_way_into_a_new_rendition(fake_project, tmp_path):
+def test_changed_context_git_merges_three_way_carries_over_with_its_applies_to_grown_and_no_new_file(fake_project, tmp_path):
     fake_project.set_patches([("0001-example.patch", _example_patch(tmp_path, subject="[AMD] example: patch line 20"))])
-    _release(fake_project, "0.3.0", _lines({17: "upstream changed line 17\n"}))
+    main = fake_project.root / "patches" / "0001-example.patch"
+    before = main.read_text()
+    _release(fake_project, "0.3.0", example_lines({17: "upstream changed line 17\n"}))
     report = rebase_onto(fake_project.project, "0.3.0")
-    assert _verdicts(report) == [("0001-example.patch", "new-rendition")]
-    assert [(a.how, a.result, a.made_for) for a in report.outcomes[0].attempts] == [
+    assert _verdicts(report) == [("0001-example.patch", "carries-over")]
+    outcome = report.outcomes[0]
+    assert outcome.step == "three-way" and outcome.rendition == "patches/0001-example.patch"
+    assert [(a.how, a.result, a.made_for) for a in outcome.attempts] == [
         ("exact", "does not apply", "0.2.0"),
         ("three-way", "merges", "0.2.0"),
     ]
-    rendition = fake_project.root / "patches" / "renditions" / "0001-example" / "0.3.0.patch"
-    text = rendition.read_text()
-    assert "Applies-To: ==0.3.0" in text and " upstream changed line 17" in text and "+patched" in text
-    # The commit message stays the rendition's own, its subject's tag included.
-    assert "Problem, cause and fix" in text and "Subject: [PATCH] [AMD] example: patch line 20" in text
     assert report.written
-    assert "Applies-To: >=0.1.0,<=0.2.0" in (fake_project.root / "patches" / "0001-example.patch").read_text()
+    # apply repeats the three-way step from the same blobs, so no rendition is made for 0.3.0: the
+    # main file is the only one, and only its Applies-To changed (the rendition's own text, its
+    # subject's tag included).
+    assert sorted(p.relative_to(fake_project.root).as_posix() for p in (fake_project.root / "patches").rglob("*.patch")) == [
+        "patches/0001-example.patch"]
+    text = main.read_text()
+    assert "Applies-To: >=0.1\n" in before
+    assert text == before.replace("Applies-To: >=0.1\n", "Applies-To: >=0.1.0,<=0.3.0\n")
+    assert "Subject: [PATCH] [AMD] example: patch line 20" in text and "upstream changed line 17" not in text
+    lock = read_lock(fake_project.root / "series.lock")["pins"]
+    assert [p["status"] for p in lock["0.3.0"]["patches"]] == ["applied-three-way"]
+    assert [p["status"] for p in lock["0.2.0"]["patches"]] == ["applied"]
     from sglpatch.check import check_series
 
     project = fake_project.project
@@ -219,7 +225,7 @@ def test_changed_context_is_merged_three_way_into_a_new_rendition(fake_project, 
 
 def test_conflict_writes_nothing_and_names_the_hunk(fake_project, tmp_path):
     fake_project.set_patches([("0001-example.patch", _example_patch(tmp_path))])
-    _release(fake_project, "0.3.0", _lines({20: "upstream rewrote line 20\n"}))
+    _release(fake_project, "0.3.0", example_lines({20: "upstream rewrote line 20\n"}))
     before = _snapshot(fake_project.root)
     report = rebase_onto(fake_project.project, "0.3.0")
     assert _verdicts(report) == [("0001-example.patch", "needs-hand-port")]
@@ -235,7 +241,7 @@ def test_conflict_writes_nothing_and_names_the_hunk(fake_project, tmp_path):
 
 def test_bug_fixed_differently_upstream_is_fixed_upstream_and_no_rendition_claims_the_release(fake_project, tmp_path):
     fake_project.set_patches([("0001-example.patch", _example_patch(tmp_path))])
-    _release(fake_project, "0.3.0", _lines({20: "patched upstream, their own way\n"}))
+    _release(fake_project, "0.3.0", example_lines({20: "patched upstream, their own way\n"}))
     report = rebase_onto(fake_project.project, "0.3.0")
     assert _verdicts(report) == [("0001-example.patch", "fixed-upstream")]
     assert report.outcomes[0].witness_before == "clean [text]"
@@ -250,36 +256,38 @@ def test_moved_file_whose_rendition_reverse_applies_is_already_upstream_not_fixe
     old_files = tree_files("0.1.0")
     old = old_files["python/" + OLD_KERNEL]
     guard = lambda text: text.replace("#include <cuda_runtime.h>\n", "#ifndef USE_ROCM\n#include <cuda_runtime.h>\n#endif\n")  # noqa: E731
-    main = format_patch(
+    older = format_patch(
         tmp_path, old_files, {"python/" + OLD_KERNEL: guard(old)}, "kernel: guard the CUDA include",
         trailers={"Witness": "kernel-guard", "Applies-To": ">=0.1.0,<=0.2.0"},
     )
     moved = {k: v for k, v in BASE_FILES.items() if k != OLD_KERNEL} | {NEW_KERNEL: BASE_FILES[OLD_KERNEL]}
     _add_pin(fake_project, "0.2.5", moved)
     moved_tree = {"python/" + k: v.format(version="0.2.5") for k, v in moved.items()}
-    rendition = format_patch(
+    # The main file is the newest rendition: 0.2.5's, made for the kernel's new path.
+    newest = format_patch(
         tmp_path, moved_tree, {"python/" + NEW_KERNEL: guard(BASE_FILES[OLD_KERNEL])}, "kernel: guard the CUDA include",
         trailers={"Witness": "kernel-guard", "Applies-To": "==0.2.5"},
     )
-    fake_project.set_patches([("0001-guard.patch", main)], {"0001-guard": [("0.2.5.patch", rendition)]})
+    fake_project.set_patches([("0001-guard.patch", newest)], {"0001-guard": [("0.2.0.patch", older)]})
     # Upstream took the very same guard at the new path.
     _release(fake_project, "0.3.0", files={**moved, NEW_KERNEL: guard(BASE_FILES[OLD_KERNEL])})
     report = rebase_onto(fake_project.project, "0.3.0")
     assert _verdicts(report) == [("0001-guard.patch", "already-upstream")]
     outcome = report.outcomes[0]
-    assert outcome.rendition == "patches/renditions/0001-guard/0.2.5.patch"
+    assert outcome.rendition == "patches/0001-guard.patch"
     assert [(a.rendition, a.result) for a in outcome.attempts] == [
-        ("patches/renditions/0001-guard/0.2.5.patch", "reverse-applies")
+        ("patches/0001-guard.patch", "reverse-applies")
     ]
     assert report.written
-    assert "Applies-To: >=0.2.5,<=0.3.0" in (fake_project.root / "patches" / "renditions" / "0001-guard" / "0.2.5.patch").read_text()
+    assert "Applies-To: >=0.2.5,<=0.3.0" in (fake_project.root / "patches" / "0001-guard.patch").read_text()
+    assert "Applies-To: >=0.1.0,<=0.2.0" in (fake_project.root / "patches" / "renditions" / "0001-guard" / "0.2.0.patch").read_text()
     lock = read_lock(fake_project.root / "series.lock")["pins"]["0.3.0"]
     assert lock["patches"][0]["status"] == "not-needed"
 
 
 def test_patch_whose_witness_still_finds_the_bug_is_refused_by_the_judge_and_needs_a_hand_port(fake_project, tmp_path):
     fake_project.set_patches([("0001-example.patch", _example_patch(tmp_path, witness="example-30"))])
-    _release(fake_project, "0.3.0", _lines({17: "upstream changed line 17\n"}))
+    _release(fake_project, "0.3.0", example_lines({17: "upstream changed line 17\n"}))
     before = _snapshot(fake_project.root)
     report = rebase_onto(fake_project.project, "0.3.0")
     assert _verdicts(report) == [("0001-example.patch", "needs-hand-port")]
@@ -295,7 +303,7 @@ def test_patch_whose_witness_still_finds_the_bug_is_refused_by_the_judge_and_nee
 
 def test_patch_whose_witness_cannot_run_is_not_classified_and_nothing_is_written(fake_project, tmp_path):
     fake_project.set_patches([("0001-example.patch", _example_patch(tmp_path, witness="fixture-unwitnessed"))])
-    _release(fake_project, "0.3.0", _lines({5: "upstream changed line 5\n"}))
+    _release(fake_project, "0.3.0", example_lines({5: "upstream changed line 5\n"}))
     before = _snapshot(fake_project.root)
     report = rebase_onto(fake_project.project, "0.3.0")
     assert _verdicts(report) == [("0001-example.patch", "witness-unavailable")]
@@ -314,7 +322,7 @@ def test_a_trial_without_an_outcome_for_every_patch_is_not_complete():
 def test_a_trial_that_errors_writes_nothing(fake_project, tmp_path):
     patch = _example_patch(tmp_path).replace("Witness: example-20", "Witness: no-such-witness")
     fake_project.set_patches([("0001-example.patch", patch)])
-    _release(fake_project, "0.3.0", _lines({5: "upstream changed line 5\n"}))
+    _release(fake_project, "0.3.0", example_lines({5: "upstream changed line 5\n"}))
     before = _snapshot(fake_project.root)
     with pytest.raises(SglpatchError, match="unknown witness 'no-such-witness'"):
         rebase_onto(fake_project.project, "0.3.0")
@@ -323,7 +331,7 @@ def test_a_trial_that_errors_writes_nothing(fake_project, tmp_path):
 
 def test_final_apply_that_fails_writes_nothing(fake_project, tmp_path, cache_dir):
     fake_project.set_patches([("0001-example.patch", _example_patch(tmp_path))])
-    _release(fake_project, "0.3.0", _lines({5: "upstream changed line 5\n"}))
+    _release(fake_project, "0.3.0", example_lines({5: "upstream changed line 5\n"}))
     # Every patch classifies on 0.3.0, but the grown Applies-To must re-lock 0.1.0, whose artifact
     # is gone from the index and from the cache: the staged apply of 0.1.0 fails.
     (fake_project.index / "sglang-0.1.0.tar.gz").unlink()
@@ -341,7 +349,7 @@ def test_final_apply_that_fails_writes_nothing(fake_project, tmp_path, cache_dir
 
 def test_files_are_moved_in_only_after_the_staged_apply_and_put_back_if_a_move_fails(fake_project, tmp_path, monkeypatch):
     fake_project.set_patches([("0001-example.patch", _example_patch(tmp_path))])
-    _release(fake_project, "0.3.0", _lines({17: "upstream changed line 17\n"}))
+    _release(fake_project, "0.3.0", example_lines({17: "upstream changed line 17\n"}))
     before = _snapshot(fake_project.root)
     real_replace = os.replace
     moved = []
@@ -363,16 +371,18 @@ def test_files_are_moved_in_only_after_the_staged_apply_and_put_back_if_a_move_f
 
 def test_dry_run_classifies_and_writes_nothing(fake_project, tmp_path):
     fake_project.set_patches([("0001-example.patch", _example_patch(tmp_path))])
-    _release(fake_project, "0.3.0", _lines({17: "upstream changed line 17\n"}))
+    _release(fake_project, "0.3.0", example_lines({17: "upstream changed line 17\n"}))
     before = _snapshot(fake_project.root)
     report = rebase_onto(fake_project.project, "0.3.0", write=False)
-    assert _verdicts(report) == [("0001-example.patch", "new-rendition")] and report.complete
+    # Classified (a carry-over by three-way, whose Applies-To would grow), and nothing written.
+    assert _verdicts(report) == [("0001-example.patch", "carries-over")] and report.complete
+    assert report.outcomes[0].step == "three-way" and "patches/0001-example.patch" in report.files
     assert not report.written and _snapshot(fake_project.root) == before
 
 
 def test_cli_rebase_prints_every_try_and_writes_a_json_report(fake_project, tmp_path):
     fake_project.set_patches([("0001-example.patch", _example_patch(tmp_path))])
-    _release(fake_project, "0.3.0", _lines({20: "upstream rewrote line 20\n"}))
+    _release(fake_project, "0.3.0", example_lines({20: "upstream rewrote line 20\n"}))
     done = subprocess.run(
         [sys.executable, "-m", "sglpatch", "--root", str(fake_project.root), "rebase", "0.3.0", "--dry-run", "--json"],
         capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(REPO_ROOT)}, timeout=300,
@@ -413,12 +423,22 @@ def test_leave_one_out_copy_holds_no_file_made_for_the_release_it_left_out(tmp_p
     for patch in project.series().patches:
         for rendition in patch.renditions:
             assert not rendition.covers("0.5.23"), rendition.path
-    # 0002's main file was made for 0.5.23 alone: the nearest rendition (0.5.22's) takes its place.
-    assert done["replaced_main"] == [
-        "patches/0002-quark-keep-mtp-draft-excluded-modules-unquantized.patch <- "
-        "patches/renditions/0002-quark-keep-mtp-draft-excluded-modules-unquantized/0.5.22.patch"
+    # 0002's and 0003's main files cover 0.5.22 and 0.5.23 (0002 on 0.5.22 by a three-way apply): each is
+    # made again for 0.5.22 from that pin's locked commit, so neither holds what was made for 0.5.23.
+    assert done["remade"] == [
+        f"patches/{name} -> patches/{name} (each made for its pin from the pin's locked commit)"
+        for name in ("0002-quark-keep-mtp-draft-excluded-modules-unquantized.patch",
+                     "0003-amd-glm5-mi355x-aiter-allreduce-fusion-fp8-kv-default.patch")
     ]
-    assert "patches/renditions/0003-amd-glm5-mi355x-aiter-allreduce-fusion-fp8-kv-default/0.5.23.patch: ==0.5.22" in done["narrowed"]
+    for name in ("0002-quark-keep-mtp-draft-excluded-modules-unquantized.patch",
+                 "0003-amd-glm5-mi355x-aiter-allreduce-fusion-fp8-kv-default.patch"):
+        assert project.series().get(name).main.trailer("Applies-To") == "==0.5.22"
+    original = {p.name: p for p in Project(REPO_ROOT).series().patches}
+    for name in ("0002-quark-keep-mtp-draft-excluded-modules-unquantized.patch",
+                 "0003-amd-glm5-mi355x-aiter-allreduce-fusion-fp8-kv-default.patch"):
+        assert project.series().get(name).main.diff_text != original[name].main.diff_text
+    # 0001 is committed on no pin its main file covers (upstream has it): its text stays, its range narrowed.
+    assert done["narrowed"] == ["patches/0001-amd-guard-cuda-runtime-include-fused-metadata-copy.patch: >=0.5.17,<=0.5.22"]
 
 
 @pytest.mark.network
@@ -493,10 +513,24 @@ def _python_pin(fake_project, tmp_path, files_025: dict, patched: dict, witness:
     fake_project.set_patches([("0001-draft.patch", patch)])
 
 
+def _made_into_the_main_file(fake_project, report, before: str) -> str:
+    """The text of the rendition a merge tool made for 0.3.0 (newer than every pin), checked to be
+    the main file now, with the main file's old text (``before``) kept as 0.2.5's rendition."""
+    assert report.written and report.outcomes[0].rendition == "patches/0001-draft.patch"
+    patches = fake_project.root / "patches"
+    assert sorted(p.relative_to(patches).as_posix() for p in patches.rglob("*.patch")) == [
+        "0001-draft.patch", "renditions/0001-draft/0.2.5.patch"]
+    assert (patches / "renditions" / "0001-draft" / "0.2.5.patch").read_text() == before
+    text = (patches / "0001-draft.patch").read_text()
+    assert "Applies-To: ==0.3.0" in text and text != before
+    return text
+
+
 def test_context_git_cannot_merge_is_merged_by_wiggle_and_judged_before_it_is_accepted(fake_project, tmp_path, local_witnesses):
     local_witnesses["draft"] = TextWitness("draft", QUARK, "_DRAFT_MODULES")
     _python_pin(fake_project, tmp_path, {"sglang/srt/layers/quant.py": QUARK_PRISTINE}, {QUARK: QUARK_PATCHED}, "draft", "quant: keep draft modules")
     _release(fake_project, "0.3.0", files={**BASE_FILES, "sglang/srt/layers/quant.py": QUARK_UPSTREAM})
+    before = (fake_project.root / "patches" / "0001-draft.patch").read_text()
     report = rebase_onto(fake_project.project, "0.3.0")
     outcome = report.outcomes[0]
     assert (outcome.verdict, outcome.step) == ("new-rendition", "wiggle"), report.text()
@@ -507,9 +541,8 @@ def test_context_git_cannot_merge_is_merged_by_wiggle_and_judged_before_it_is_ac
     assert "a conflict changes lines both sides had" in outcome.attempts[3].detail
     assert tried[4][0] == "wiggle" and tried[4][2] == "accepted"
     assert "quant.py" in " ".join(IMPORTED)  # the judge imported the module it touched
-    text = (fake_project.root / "patches" / "renditions" / "0001-draft" / "0.3.0.patch").read_text()
-    assert "+_DRAFT_MODULES" in text and " def is_excluded(self, name: str) -> bool:" in text and "Applies-To: ==0.3.0" in text
-    assert report.written
+    text = _made_into_the_main_file(fake_project, report, before)
+    assert "+_DRAFT_MODULES" in text and " def is_excluded(self, name: str) -> bool:" in text
 
 
 COMM = "python/sglang/srt/layers/comm.py"
@@ -567,11 +600,12 @@ def test_a_file_the_release_moved_is_followed_by_gits_merge_with_rename_detectio
                 "either-place", "place: value 15")
     moved = PLACE.replace("value_2 = 2\n", "value_2 = 20\n")
     _release(fake_project, "0.3.0", files={**BASE_FILES, "sglang/srt/utils/new_place.py": moved})
+    before = (fake_project.root / "patches" / "0001-draft.patch").read_text()
     report = rebase_onto(fake_project.project, "0.3.0")
     outcome = report.outcomes[0]
     assert (outcome.verdict, outcome.step) == ("new-rendition", "merge-ort"), report.text()
     assert [a.how for a in outcome.attempts] == ["exact", "three-way", "merge-ort"]
-    text = (fake_project.root / "patches" / "renditions" / "0001-draft" / "0.3.0.patch").read_text()
+    text = _made_into_the_main_file(fake_project, report, before)
     assert "+++ b/python/sglang/srt/utils/new_place.py" in text and "+value_15 = 1500" in text and "old_place" not in text
 
 
@@ -589,18 +623,19 @@ def test_hunks_the_release_holds_and_files_it_removed_are_dropped_when_the_judge
                 "fusion", "fusion: on by default")
     # Upstream took the first hunk itself and removed defaults.py.
     _release(fake_project, "0.3.0", files={**BASE_FILES, "sglang/srt/fusion.py": FUSION_TEXT.replace("setting_3 = False", "setting_3 = True")})
+    before = (fake_project.root / "patches" / "0001-draft.patch").read_text()
     report = rebase_onto(fake_project.project, "0.3.0")
     outcome = report.outcomes[0]
     assert (outcome.verdict, outcome.step) == ("new-rendition", "reduced exact"), report.text()
     assert "dropped python/sglang/srt/defaults.py: every hunk (1), the release removed the file" in outcome.detail
     assert "dropped python/sglang/srt/fusion.py: hunk 1 (at line 1), the release already holds it" in outcome.detail
-    text = (fake_project.root / "patches" / "renditions" / "0001-draft" / "0.3.0.patch").read_text()
+    text = _made_into_the_main_file(fake_project, report, before)
     assert "defaults.py" not in text.split("---\n", 1)[1] and text.count("\n@@ ") == 1 and "+setting_25 = True" in text
 
 
 def test_a_patch_left_for_a_person_is_prepared_with_zdiff3_markers_and_refreshed_back(fake_project, tmp_path):
     fake_project.set_patches([("0001-example.patch", _example_patch(tmp_path))])
-    _release(fake_project, "0.3.0", _lines({20: "upstream rewrote line 20\n"}))
+    _release(fake_project, "0.3.0", example_lines({20: "upstream rewrote line 20\n"}))
     report = rebase_onto(fake_project.project, "0.3.0")
     assert _verdicts(report) == [("0001-example.patch", "needs-hand-port")]
     prepared = fake_project.root / "build" / "port" / "0.3.0"
@@ -610,7 +645,7 @@ def test_a_patch_left_for_a_person_is_prepared_with_zdiff3_markers_and_refreshed
     assert "<<<<<<< " in text and "||||||| " in text and "upstream rewrote line 20" in text and "patched" in text
     with pytest.raises(SglpatchError, match="conflict marker"):
         refresh_hand_port(fake_project.project, "0.3.0")
-    (prepared / EXAMPLE).write_text(_lines({20: "patched\n"}))
+    (prepared / EXAMPLE).write_text(example_lines({20: "patched\n"}))
     from sglpatch import cli
 
     assert cli.main(["--root", str(fake_project.root), "patch", "refresh", "0.3.0"]) == 0
@@ -632,6 +667,7 @@ def test_a_name_the_release_renamed_around_the_patch_is_renamed_in_its_added_lin
     release = {"sglang/srt/layers/fused.py": FUSED_025.replace("get_global_server_args", "get_server_args"),
                "sglang/srt/context.py": "def get_server_args():\n    pass\n"}
     _release(fake_project, "0.3.0", files={**BASE_FILES, **release})
+    before = (fake_project.root / "patches" / "0001-draft.patch").read_text()
     report = rebase_onto(fake_project.project, "0.3.0")
     outcome = report.outcomes[0]
     assert (outcome.verdict, outcome.step) == ("new-rendition", "three-way + renames"), report.text()
@@ -639,7 +675,7 @@ def test_a_name_the_release_renamed_around_the_patch_is_renamed_in_its_added_lin
     assert "undefined name 'get_global_server_args'" in merged.findings[0]
     renamed = next(a for a in outcome.attempts if a.how == "three-way + renames")
     assert "get_global_server_args -> get_server_args (1x)" in renamed.detail
-    text = (fake_project.root / "patches" / "renditions" / "0001-draft" / "0.3.0.patch").read_text()
+    text = _made_into_the_main_file(fake_project, report, before)
     assert "+        and not get_server_args().fusion_in_prefill" in text and "get_global_server_args" not in text
 
 
@@ -660,10 +696,11 @@ def test_names_both_sides_added_to_one_import_list_are_both_kept(fake_project, t
     patched = PATHS_025.replace("    basename,\n", "    basename,\n    dirname,\n").replace("basename(name)", "dirname(name)")
     _python_pin(fake_project, tmp_path, {"sglang/srt/paths.py": PATHS_025}, {IMPORTS: patched}, "dirname", "paths: the folder")
     _release(fake_project, "0.3.0", files={**BASE_FILES, "sglang/srt/paths.py": PATHS_025.replace("    basename,\n", "    basename,\n    abspath,\n")})
+    before = (fake_project.root / "patches" / "0001-draft.patch").read_text()
     report = rebase_onto(fake_project.project, "0.3.0")
     outcome = report.outcomes[0]
     assert (outcome.verdict, outcome.step) == ("new-rendition", "merge-ort + both insertions"), report.text()
-    text = (fake_project.root / "patches" / "renditions" / "0001-draft" / "0.3.0.patch").read_text()
+    text = _made_into_the_main_file(fake_project, report, before)
     assert "     abspath,\n+    dirname,\n" in text and "<<<<<<<" not in text
 
 
@@ -679,12 +716,12 @@ def test_a_conflict_on_lines_both_sides_changed_is_not_resolved_as_insertions():
 def test_every_patch_left_for_a_person_gets_its_candidate_in_the_prepared_tree_and_each_is_refreshed_back(fake_project, tmp_path, local_witnesses):
     other = "python/sglang/srt/layers/other.py"
     local_witnesses["other-20"] = TextWitness("other-20", other, "patched")
-    _add_pin(fake_project, "0.2.5", {**BASE_FILES, "sglang/srt/layers/other.py": _lines({})})
-    second = format_patch(tmp_path, {**tree_files("0.2.5"), other: _lines({})}, {other: _lines({20: "patched\n"})}, "other: patch line 20",
+    _add_pin(fake_project, "0.2.5", {**BASE_FILES, "sglang/srt/layers/other.py": example_lines({})})
+    second = format_patch(tmp_path, {**tree_files("0.2.5"), other: example_lines({})}, {other: example_lines({20: "patched\n"})}, "other: patch line 20",
                           trailers={"Witness": "other-20", "Applies-To": "==0.2.5"})
     fake_project.set_patches([("0001-example.patch", _example_patch(tmp_path)), ("0002-other.patch", second)])
     # The release rewrote the very line both patches change: neither ports by itself.
-    rewritten = _lines({20: "upstream rewrote line 20\n"})
+    rewritten = example_lines({20: "upstream rewrote line 20\n"})
     _release(fake_project, "0.3.0", files={**BASE_FILES, "sglang/srt/layers/example.py": rewritten, "sglang/srt/layers/other.py": rewritten})
     report = rebase_onto(fake_project.project, "0.3.0")
     assert _verdicts(report) == [("0001-example.patch", "needs-hand-port"), ("0002-other.patch", "needs-hand-port")]
@@ -698,8 +735,8 @@ def test_every_patch_left_for_a_person_gets_its_candidate_in_the_prepared_tree_a
         assert "<<<<<<< " in text and "||||||| " in text and "upstream rewrote line 20" in text, path
     with pytest.raises(SglpatchError, match="conflict marker"):
         refresh_hand_port(fake_project.project, "0.3.0")
-    (prepared / EXAMPLE).write_text(_lines({20: "patched\n"}))
-    (prepared / other).write_text(_lines({20: "patched\n"}))
+    (prepared / EXAMPLE).write_text(example_lines({20: "patched\n"}))
+    (prepared / other).write_text(example_lines({20: "patched\n"}))
     written = refresh_hand_port(fake_project.project, "0.3.0")
     assert [p.relative_to(fake_project.root).as_posix() for p in written] == [
         "patches/renditions/0001-example/0.3.0.patch", "patches/renditions/0002-other/0.3.0.patch"]

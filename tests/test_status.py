@@ -23,18 +23,18 @@ def _guarded(text):
 
 @pytest.fixture
 def upstreamed(fake_project, tmp_path):
-    """A Pending guard patch (main file for 0.1.0, a rendition for 0.2.0) that 0.3.0 already holds,
-    applied to every pin, in a git repository holding the project."""
+    """A Pending guard patch (main file for 0.2.0 and 0.3.0, the newest; a rendition for 0.1.0)
+    that 0.3.0 already holds, applied to every pin, in a git repository holding the project."""
     files = tree_files("0.1.0")
     artifact = make_wheel(fake_project.index, "0.3.0", {**BASE_FILES, "sglang/jit_kernel/csrc/kernel.cuh": _guarded(BASE_FILES["sglang/jit_kernel/csrc/kernel.cuh"])})
     pins = fake_project.root / "upstream" / "pins.toml"
     pins.write_text(pins.read_text() + pin_entry("0.3.0", artifact))
-    main = format_patch(tmp_path, files, {KERNEL: _guarded(files[KERNEL])}, "kernel: guard", trailers={"Witness": "guard-text", "Applies-To": "==0.1.0"})
-    rendition = format_patch(
+    rendition = format_patch(tmp_path, files, {KERNEL: _guarded(files[KERNEL])}, "kernel: guard", trailers={"Witness": "guard-text", "Applies-To": "==0.1.0"})
+    main = format_patch(
         tmp_path, tree_files("0.2.0"), {KERNEL: _guarded(files[KERNEL])}, "kernel: guard",
         trailers={"Witness": "guard-text", "Applies-To": ">=0.2.0,<=0.3.0"},
     )
-    fake_project.set_patches([("0001-guard.patch", main)], {"0001-guard": [("0.2.0.patch", rendition)]})
+    fake_project.set_patches([("0001-guard.patch", main)], {"0001-guard": [("0.1.0.patch", rendition)]})
     report = apply_series(fake_project.project)
     assert report.ok, report.to_json()
     git(fake_project.root, "init", "-q")
@@ -50,7 +50,7 @@ def test_status_write_puts_the_suggestion_and_its_evidence_into_every_rendition(
     assert cli.main(["--root", str(root), "status", "--write"]) == 0
     out = capsys.readouterr().out
     assert "Pending -> Accepted [0.3.0]" in out and "review the change with `git diff`" in out
-    for path in (root / "patches" / "0001-guard.patch", root / "patches" / "renditions" / "0001-guard" / "0.2.0.patch"):
+    for path in (root / "patches" / "0001-guard.patch", root / "patches" / "renditions" / "0001-guard" / "0.1.0.patch"):
         patch = parse_patch_file(path)
         assert patch.trailer("Upstream-Status") == "Accepted [0.3.0]"
         assert patch.trailer("Fixed-Upstream-In") == (

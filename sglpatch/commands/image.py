@@ -40,13 +40,14 @@ def run(project, args) -> int:
 
 def _locked_spec(project, version: str, options):
     """The series as series.lock pins it (``into.locked_series``): no witness runs."""
+    from sglpatch.index_apply import commit_as_patch
     from sglpatch.into import locked_series
     from sglpatch.rocm.image import image_spec
 
     pin = project.pins().select([version])[0]
     series = project.series()
     with locked_series(project, pin) as locked:
-        patches = [(name, rendition.path) for name, rendition in locked.renditions]
+        patches = [(name, commit_as_patch(locked.repo, commit)) for (name, _), commit in zip(locked.renditions, locked.commits)]
         return image_spec(pin, series.version, series.digest(), patches, options), f"as locked ({locked.proof})"
 
 

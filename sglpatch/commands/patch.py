@@ -1,4 +1,5 @@
-"""``sglpatch patch start|refresh``: write patches on a pin's tree, with quilt and git habits."""
+"""``sglpatch patch start|refresh|tidy``: write patches on a pin's tree, with quilt and git habits,
+and keep the renditions few."""
 
 from __future__ import annotations
 
@@ -15,6 +16,10 @@ def register(sub) -> None:
                   "write the commits of a pin's tree back into patches/ (or a hand port prepared by rebase under build/port/)")
     refresh.add_argument("pin")
     refresh.add_argument("--rendition-of", metavar="PATCH", help="new commits are this patch's rendition for the pin")
+    tidy = add(actions, "tidy", run_tidy,
+               "remove each rendition its neighbour reproduces (the same tree by exact or three-way apply) and keep "
+               "the newest rendition in the main file; written only when every pin's tree stays the lock's")
+    tidy.add_argument("--dry-run", action="store_true", help="say what would change; write nothing")
 
 
 def run_start(project, args) -> int:
@@ -47,3 +52,21 @@ def run_refresh(project, args) -> int:
     if any(item.action != "unchanged" for item in refreshed):
         say(args, f"next: sglpatch check, then sglpatch apply {version} --update-lock, and commit patches/ and the lock")
     return exitcodes.FAILED if problems else exitcodes.OK
+
+
+def run_tidy(project, args) -> int:
+    from sglpatch.rebase.tidy import tidy_renditions
+
+    report = tidy_renditions(project, write=not args.dry_run)
+    for line in report.removed:
+        say(args, f"removed  {line}")
+    for line in report.moved:
+        say(args, f"main     {line}")
+    if not report.changed:
+        say(args, "nothing to tidy: no rendition is reproduced by its neighbour, and each main file is the newest")
+    elif report.written:
+        say(args, f"written; applied to {', '.join(report.pins)}: every tree is the lock's, the commits recorded again")
+        say(args, "next: commit patches/ and series.lock")
+    else:
+        say(args, f"dry run: nothing written (it would apply {', '.join(report.pins)} and keep each tree the lock's)")
+    return exitcodes.OK

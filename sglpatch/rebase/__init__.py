@@ -17,10 +17,13 @@ release, the witness bug on the pristine release and clean on the port, every to
 importing in the pin's CPU Python on the emulated box -- and the first accepted is taken. Each
 patch ends as:
 
-- ``carries-over``: a rendition applies as it is and the judge accepts it; its ``Applies-To``
-  grows to take the release;
+- ``carries-over``: a rendition applies as it is, or by git's three-way apply (which ``apply``
+  repeats from the same blobs), and the judge accepts it; its ``Applies-To`` grows to take the
+  release;
 - ``new-rendition``: a merge tool's tree the judge accepts; a new rendition for review,
-  ``Applies-To: ==<release>``, the step that made it in the report;
+  ``Applies-To: ==<release>``, the step that made it in the report. The main file stays the newest
+  rendition: one made for a release newer than every pin takes its place, and the old main text
+  moves under ``renditions/``;
 - ``already-upstream``: the witness passes on the pristine release and a rendition (perhaps one made
   for a file's new path) reverse-applies: the release holds this very change;
 - ``fixed-upstream``: the witness passes and no rendition reverse-applies: upstream fixed it its
@@ -50,19 +53,20 @@ from sglpatch import sources
 from sglpatch.errors import SglpatchError
 from sglpatch.gitcmd import git_out
 from sglpatch.lock import LOCK_FILE
-from sglpatch.outcomes import Outcome
+from sglpatch.outcomes import APPLIED_STATES, Outcome
 from sglpatch.pins import with_pin
 from sglpatch.rebase.hand_port import prepare_hand_port
 from sglpatch.rebase.new_pin import new_pin
 from sglpatch.rebase.patch import Writes, rebase_patch
 from sglpatch.rebase.report import RebaseReport
 from sglpatch.rebase.trial import Trial
+from sglpatch.series import RENDITIONS_DIR, newest_in_main
 from sglpatch.staged import write_staged
 
 # What ``apply`` must then say on the release for each verdict, or nothing is written.
 _APPLY_AGREES = {
-    Outcome.CARRIES_OVER: (Outcome.APPLIED, Outcome.APPLIED_WITH_OFFSET),
-    Outcome.NEW_RENDITION: (Outcome.APPLIED, Outcome.APPLIED_WITH_OFFSET),
+    Outcome.CARRIES_OVER: APPLIED_STATES,
+    Outcome.NEW_RENDITION: APPLIED_STATES,
     Outcome.ALREADY_UPSTREAM: (Outcome.NOT_NEEDED,),
     Outcome.FIXED_UPSTREAM: (Outcome.NOT_APPLICABLE,),
 }
@@ -89,14 +93,27 @@ def rebase_onto(project, version: str, *, write: bool = True) -> RebaseReport:
             report.prepared = str(prepare_hand_port(project, trial, version, left).relative_to(project.root))
             for outcome in left:
                 outcome.prepared = report.prepared
-    report.files = sorted(str(path.relative_to(project.root)) for path in writes.files)
+    # The main file stays the newest rendition: a rendition made for a release newer than every pin
+    # takes its place, and its old text moves under renditions/.
+    pinned = [pin.version for pin in pins.pins] + [version]
+    for patch in series.patches:
+        own = patch.main.path.parent / RENDITIONS_DIR / patch.stem
+        mine = {path: text for path, text in writes.files.items() if path == patch.main.path or path.parent == own}
+        writes.files.update(newest_in_main(patch, mine, pinned))
+        for outcome in report.outcomes:
+            if outcome.name == patch.name and outcome.rendition and writes.files.get(project.root / outcome.rendition, "") is None:
+                outcome.rendition = str(patch.main.path.relative_to(project.root))
+    # A file to remove that does not exist (the new rendition that went straight into the main file) is no change.
+    report.files = sorted(str(path.relative_to(project.root)) for path, text in writes.files.items()
+                          if text is not None or path.exists())
     report.files += ["upstream/pins.toml", LOCK_FILE]
     if not write or not report.complete:
         return report
     if writes.problems:
         report.error = "; ".join(writes.problems)
         return report
-    changes = {path: text.encode() for path, text in writes.files.items()}
+    changes = {path: None if text is None else text.encode() for path, text in writes.files.items()
+               if text is not None or path.exists()}
     changes[pins.path] = with_pin(pins.path.read_text(), pin, note).encode()
     touched = sorted(
         {

@@ -28,9 +28,10 @@ MERGE_CANDIDATES = 3
 
 @dataclass
 class Writes:
-    """What a classified patch asks to be written: rendition files and their new text."""
+    """What a classified patch asks to be written: rendition files and their new text (None: the
+    file goes, its text having moved to the main file)."""
 
-    files: dict[Path, str] = field(default_factory=dict)
+    files: dict[Path, str | None] = field(default_factory=dict)
     problems: list[str] = field(default_factory=list)
 
 
@@ -172,6 +173,15 @@ def rebase_patch(project, trial: Trial, patch: SeriesPatch, pins: tuple[Pin, ...
                 continue
             outcome.witness_after = attempt.witness_after
             trial.parent = commit
+            if how == "three-way" and grows_to(candidate.rendition, pins, version):
+                # apply makes this very tree from the rendition by the same three-way step, so the
+                # rendition serves the release too: no new file to keep (one a neighbour reproduces).
+                outcome.verdict = Outcome.CARRIES_OVER
+                outcome.step = how
+                outcome.rendition = relative(claim(writes, patch, candidate.rendition, pins, version))
+                outcome.detail = (f"three-way of {path} (made for {made_for}); the judge accepts it ({attempt.judge}); "
+                                  "apply makes the same tree, so its Applies-To grows")
+                return outcome
             outcome.verdict = Outcome.NEW_RENDITION
             new = project.patches_dir / RENDITIONS_DIR / patch.stem / f"{version}.patch"
             merged = with_message_of(candidate.rendition, trial.format_patch(commit))
@@ -201,6 +211,12 @@ def with_message_of(rendition: PatchFile, merged: str) -> str:
     am, drops a subject's bracketed tags such as "[AMD]"; the rendition keeps them)."""
     head = rendition.raw.decode()
     return head[: re.search(r"^---$", head, re.MULTILINE).start()] + merged[re.search(r"^---$", merged, re.MULTILINE).start() :]
+
+
+def grows_to(rendition: PatchFile, pins: tuple[Pin, ...], version: str) -> bool:
+    """Whether ``rendition``'s ``Applies-To`` can take ``version`` as one range."""
+    covered = [pin.version for pin in pins if rendition.covers(pin.version)]
+    return spec_for(covered + [version], [pin.version for pin in pins] + [version]) is not None
 
 
 def claim(writes: Writes, patch: SeriesPatch, chosen: PatchFile | None, pins: tuple[Pin, ...], version: str) -> Path | None:

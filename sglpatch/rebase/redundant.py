@@ -4,10 +4,9 @@ A rendition R of a patch is reproduced by its neighbour N (the rendition coverin
 before or just after R's) when, on every pin R covers, N applied by a low step of the cascade --
 exactly, else git's three-way apply from the trees N was made for -- gives the very tree R gives.
 Each pin's parent is its pristine release with the patches before this one applied as the lock
-records them. Such an R could go, a ``rebase`` would make it again; it is reported, not removed:
-``apply`` applies the rendition whose ``Applies-To`` covers the pin, so the lock needs R where it is.
-This needs each pin's pristine tree (built from its artifact once, then cached), so ``check`` runs
-it only when asked.
+records them. Such an R can go, N's ``Applies-To`` taking its pins: ``apply`` makes the same trees
+from N by that same step (``sglpatch patch tidy``, ``sglpatch.rebase.tidy``). This needs each pin's
+pristine tree (built from its artifact once, then cached), so ``check`` runs it only when asked.
 """
 
 from __future__ import annotations
@@ -20,12 +19,12 @@ from packaging.version import Version
 
 from sglpatch import sources
 from sglpatch.gitcmd import borrow_objects, git_out, run_git
+from sglpatch.index_apply import made_on, three_way_to_index
 from sglpatch.lock import read_lock
-from sglpatch.outcomes import Outcome
+from sglpatch.outcomes import APPLIED_STATES
 from sglpatch.pins import Pin
 from sglpatch.series import PatchFile, SeriesPatch
 
-APPLIED = (Outcome.APPLIED, Outcome.APPLIED_WITH_OFFSET)
 
 
 @dataclass
@@ -40,7 +39,7 @@ class Reproduced:
 
     def message(self) -> str:
         return (f"{self.rendition}: {self.neighbour} gives the same tree by its {self.step} apply on "
-                f"{', '.join(self.pins)}; a rebase would make it again (kept: the lock applies it there)")
+                f"{', '.join(self.pins)}; `sglpatch patch tidy` removes it")
 
 
 def _covered(rendition: PatchFile, pins: tuple[Pin, ...]) -> list[Pin]:
@@ -75,12 +74,18 @@ class _Workbench:
             borrow_objects(self.repo / "objects", [self.pristine[pin.version].repo])
         return self.pristine[pin.version]
 
-    def apply(self, tree: str, diff: str, three_way: bool = False) -> str:
-        """The tree ``diff`` makes on ``tree`` ("" when it does not apply)."""
+    def apply(self, tree: str, diff: str, bases=None) -> str:
+        """The tree ``diff`` makes on ``tree`` exactly, or with ``bases`` ((pin, pristine repository)
+        as ``index_apply.made_on`` gives them) by git's three-way apply ("" when it does not apply)."""
         run_git(["read-tree", tree], self.repo, env=self.env)
-        args = ["apply", "--cached", "--whitespace=nowarn", *(["--3way"] if three_way else []), "-"]
-        done = run_git(args, self.repo, env=self.env, input=diff.encode(), check=False)
+        if bases is not None:
+            return three_way_to_index(self.repo, self.env, diff, bases).tree
+        done = run_git(["apply", "--cached", "--whitespace=nowarn", "-"], self.repo, env=self.env, input=diff.encode(), check=False)
         return git_out(["write-tree"], self.repo, env=self.env) if done.returncode == 0 else ""
+
+    def as_apply_does(self, tree: str, rendition: PatchFile, pins: tuple[Pin, ...], version: str) -> str:
+        """The tree ``apply`` makes from ``rendition`` on ``tree`` of pin ``version``: exactly, else three-way."""
+        return self.apply(tree, rendition.diff_text) or self.apply(tree, rendition.diff_text, made_on(rendition, pins, version))
 
 
 def reproduced_renditions(project) -> list[Reproduced]:
@@ -105,32 +110,33 @@ def reproduced_renditions(project) -> list[Reproduced]:
                     earlier = series.patches[index - 1]
                     statuses = {p.get("name"): p.get("status") for p in lock.get(pin.version, {}).get("patches", [])}
                     rendition = earlier.for_version(pin.version)
-                    applied = statuses.get(earlier.name) in APPLIED if statuses else rendition is not None
-                    parents[key] = (bench.apply(below, rendition.diff_text) or below) if rendition and applied else below
+                    applied = statuses.get(earlier.name) in APPLIED_STATES if statuses else rendition is not None
+                    parents[key] = ((bench.as_apply_does(below, rendition, pins, pin.version) or below)
+                                    if rendition and applied else below)
             return parents[key]
 
         for index, patch in enumerate(series.patches):
             for rendition, beside in neighbours(patch, pins):
                 covered = sorted(_covered(rendition, pins), key=lambda pin: Version(pin.version))
-                own = {pin.version: bench.apply(parent(pin, index), rendition.diff_text) for pin in covered}
+                own = {pin.version: bench.as_apply_does(parent(pin, index), rendition, pins, pin.version) for pin in covered}
                 if not all(own.values()):
                     continue  # a rendition that holds the release verbatim (not applied there) makes no tree to compare
                 for neighbour in beside:
                     step = _reproduces(bench, neighbour, [(parent(pin, index), own[pin.version]) for pin in covered],
-                                       _covered(neighbour, pins))
+                                       pins, covered)
                     if step:
                         found.append(Reproduced(patch.name, relative(rendition.path), relative(neighbour.path), step,
                                                 [pin.version for pin in covered]))
     return found
 
 
-def _reproduces(bench: _Workbench, neighbour: PatchFile, cases: list[tuple[str, str]], made_for: list[Pin]) -> str:
+def _reproduces(bench: _Workbench, neighbour: PatchFile, cases: list[tuple[str, str]], pins: tuple[Pin, ...],
+                covered: list[Pin]) -> str:
     """"exact" or "three-way" where ``neighbour`` gives the wanted tree on every (parent, wanted)
-    case by that step (the lowest that does for all of them), else ""."""
+    case -- one per pin of ``covered`` -- by that step (the lowest that does for all of them), else ""."""
     if all(bench.apply(parent, neighbour.diff_text) == wanted for parent, wanted in cases):
         return "exact"
-    for pin in made_for:
-        bench.pristine_of(pin)  # the blobs its index lines name, for the three-way apply
-    if all(bench.apply(parent, neighbour.diff_text, three_way=True) == wanted for parent, wanted in cases):
+    if all(bench.apply(parent, neighbour.diff_text, made_on(neighbour, pins, pin.version)) == wanted
+           for (parent, wanted), pin in zip(cases, covered)):
         return "three-way"
     return ""

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Callable
 
 from sglpatch.errors import SglpatchError
+from sglpatch.index_apply import commit_as_patch
 from sglpatch.pin_under_test import PinUnderTest
 from sglpatch.rocm.constants import (CHECKOUT, LABEL_BASE, LABEL_OWNER, LABEL_PIN, LABEL_SERIES_HASH, LABEL_SERIES_VERSION, OWNER,
                                      TOOLS_DIR)
@@ -66,7 +67,9 @@ class PatchedImage:
     pin: str
     series_version: str
     series_hash: str
-    patches: tuple[tuple[str, Path], ...]  # (series name, rendition file) apply used for this pin, in order
+    # (series name, the pin's own patch: its commit as git format-patch writes it), in order. Not the
+    # rendition file: one that apply merged three-way gives the pin's change only through git's merge.
+    patches: tuple[tuple[str, bytes], ...]
     tools: tuple[Path, ...] = ()  # check scripts copied to /opt/sglpatch/checks
     checkout: str = CHECKOUT
 
@@ -100,9 +103,9 @@ class PatchedImage:
         with tarfile.open(fileobj=buffer, mode="w") as tar:
             _add(tar, "Dockerfile", self.dockerfile().encode())
             _add(tar, "sglpatch/apply-series.sh", APPLY_SCRIPT.encode(), 0o755)
-            for number, (name, path) in enumerate(self.patches, 1):
+            for number, (name, text) in enumerate(self.patches, 1):
                 # The number keeps the series order in the script's glob; the name is the series'.
-                _add(tar, f"sglpatch/patches/{number:03d}_{name}", path.read_bytes())
+                _add(tar, f"sglpatch/patches/{number:03d}_{name}", text)
             for tool in self.tools:
                 _add(tar, f"sglpatch/checks/{tool.name}", tool.read_bytes(), 0o755)
         return buffer.getvalue()
@@ -160,13 +163,13 @@ def build_patched_image(client, put: PinUnderTest, options: RocmOptions, on_log=
 
 
 def patched_image(put: PinUnderTest, options: RocmOptions) -> PatchedImage:
-    patches = [(outcome.name, Path(outcome.rendition)) for outcome in put.applied()]
+    patches = [(outcome.name, commit_as_patch(put.tree_path, outcome.commit)) for outcome in put.applied()]
     return image_spec(put.pin, put.series_version, put.series_hash, patches, options)
 
 
-def image_spec(pin, series_version: str, series_hash: str, patches: list[tuple[str, Path]],
+def image_spec(pin, series_version: str, series_hash: str, patches: list[tuple[str, bytes]],
                options: RocmOptions) -> PatchedImage:
-    """The patched image of ``pin`` with ``patches`` ((series name, rendition file), in order)."""
+    """The patched image of ``pin`` with ``patches`` ((series name, the pin's own patch), in order)."""
     return PatchedImage(
         base_image=options.image_for(pin.version, pin.rocm_image),
         pin=pin.version,
