@@ -110,34 +110,50 @@ def pristine_subtree(version: str, dest: Path, path: str = "python/sglang", keep
     return checkout_commit(pristine.repo, pristine.commit, dest, names)
 
 
-def apply_rendition(tree: Path, patch: str, version: str) -> Path:
-    """``tree`` with the rendition of the series' ``patch`` for ``version`` applied (git apply)."""
-    rendition = load_series(REPO_ROOT / "patches").get(patch).for_version(version)
+def pin_patch(patch: str, version: str) -> bytes:
+    """The series' ``patch`` as ``sglpatch apply`` applies it to ``version``: where the lock commits
+    it there, the pin's own patch (the locked commit, as git format-patch writes it -- a rendition
+    apply merges three-way does not apply as it is); elsewhere its rendition for the pin."""
+    series_patch = load_series(REPO_ROOT / "patches").get(patch)
+    locked = _locked_patches(version)
+    if series_patch.name in locked:
+        return locked[series_patch.name]
+    rendition = series_patch.for_version(version)
     assert rendition is not None, f"{patch} has no rendition for {version}"
-    subprocess.run(["git", "apply", "--directory=", str(rendition.path)], cwd=tree, check=True)
+    return rendition.path.read_bytes()
+
+
+@functools.lru_cache(maxsize=None)
+def _locked_patches(version: str) -> dict[str, bytes]:
+    from sglpatch.export import locked_patches
+
+    return dict(locked_patches(Project(REPO_ROOT), version))
+
+
+def apply_rendition(tree: Path, patch: str, version: str) -> Path:
+    """``tree`` with the series' ``patch`` applied as apply applies it to ``version`` (``pin_patch``, git apply)."""
+    subprocess.run(["git", "apply", "--directory=", "-"], cwd=tree, input=pin_patch(patch, version), check=True)
     return tree
 
 
 def read_only_tree(version: str, patch: str | None = None) -> Path:
     """The pin's python/sglang as released, with ``patch``'s rendition for the pin applied if
     named, for the tests that only read it (the probes import from it; nothing is written there).
-    It is kept in the sglpatch cache by what it holds (the pristine commit, the rendition's bytes)
+    It is kept in the sglpatch cache by what it holds (the pristine commit, the patch's bytes)
     and shared by every test, worker and run: a sweep over the pins then writes no tree (each is
     about 6,500 files; a run used to write and later delete 330,000 of them). A test that changes
     its tree makes its own with ``pristine_subtree``."""
     pin = REAL_PINS.select([version])[0]
     pristine = sources.pristine_from_index(pin)
-    rendition = load_series(REPO_ROOT / "patches").get(patch).for_version(version) if patch else None
-    if patch:
-        assert rendition is not None, f"{patch} has no rendition for {version}"
-    key = hashlib.sha256(pristine.commit.encode() + b"\0" + (rendition.path.read_bytes() if rendition else b"")).hexdigest()
+    text = pin_patch(patch, version) if patch else b""
+    key = hashlib.sha256(pristine.commit.encode() + b"\0" + text).hexdigest()
     folder = cache.cache_root() / "test-trees" / f"{version}-{key[:16]}"
     with cache.entry_lock(folder, on_wait=lambda message: None):
         if not (folder / ".complete").is_file():
             cache.remove(folder)
             with cache.staging(folder) as staging:
                 pristine_subtree(version, staging)
-                if rendition is not None:
+                if patch:
                     apply_rendition(staging, patch, version)
                 (staging / ".complete").write_text(f"{pristine.commit} {patch or ''}\n")
     return folder
@@ -377,18 +393,20 @@ def fake_project(tmp_path, cache_dir, monkeypatch) -> FakeProject:
 
 
 class TextWitness:
-    """A test witness: the bug is "fixed" when ``needle`` is in ``path`` of the tree."""
+    """A test witness: the bug is "fixed" when ``needle`` is in ``path`` of the tree (in any of
+    them, for a tuple: a file the release moved)."""
 
     version = "1"
 
-    def __init__(self, name: str, path: str, needle: str):
+    def __init__(self, name: str, path: str | tuple[str, ...], needle: str):
         self.name, self.path, self.needle = name, path, needle
         self.runs: list[Path] = []
 
     def run(self, tree: Path, pin) -> WitnessResult:
         self.runs.append(tree)
-        text = (tree / self.path).read_text() if (tree / self.path).exists() else ""
-        return WitnessResult(self.name, CLEAN if self.needle in text else BUG, "text", f"{self.needle!r} in {self.path}")
+        paths = (self.path,) if isinstance(self.path, str) else self.path
+        found = any(self.needle in (tree / path).read_text() for path in paths if (tree / path).exists())
+        return WitnessResult(self.name, CLEAN if found else BUG, "text", f"{self.needle!r} in {' or '.join(paths)}")
 
 
 class UnwitnessedFixture:

@@ -9,7 +9,7 @@ import subprocess
 import pytest
 
 from conftest import format_patch, git, pristine_subtree, tree_files
-from sglpatch import authoring
+from sglpatch import authoring, export
 from sglpatch.project import apply_series
 
 EXAMPLE = "python/sglang/srt/layers/example.py"
@@ -114,7 +114,7 @@ def _quilt_push(patches, tree):
 
 def _quilt_export_gives_the_pins_tree(project, version, tmp_path):
     tree = project.build_dir / "trees" / version
-    folder = authoring.export_quilt(project, version, tmp_path / "quilt-patches")
+    folder = export.export_quilt(project, version, tmp_path / "quilt-patches")
     work = _pristine_checkout(tree, tmp_path / "work")
     _quilt_push(folder, work)
     archive = subprocess.run(["git", "archive", "sglpatch"], cwd=tree, capture_output=True, check=True).stdout
@@ -125,7 +125,7 @@ def _quilt_export_gives_the_pins_tree(project, version, tmp_path):
 
 
 def _mbox_export_gives_the_locked_tree(project, version, tmp_path):
-    mbox = authoring.export_mbox(project, version, tmp_path / "series.mbox")
+    mbox = export.export_mbox(project, version, tmp_path / "series.mbox")
     clone = tmp_path / "clone"
     git(tmp_path, "clone", "-q", str(project.build_dir / "trees" / version), str(clone))
     git(clone, "checkout", "-q", "-b", "am", "origin/pristine")
@@ -160,10 +160,10 @@ def test_export_refuses_to_overwrite(applied, tmp_path):
     (tmp_path / "full").mkdir()
     (tmp_path / "full" / "mine").write_text("x")
     with pytest.raises(SglpatchError, match="not empty"):
-        authoring.export_quilt(applied.project, "0.1.0", tmp_path / "full")
+        export.export_quilt(applied.project, "0.1.0", tmp_path / "full")
     (tmp_path / "taken.mbox").write_text("mine")
     with pytest.raises(SglpatchError, match="exists"):
-        authoring.export_mbox(applied.project, "0.1.0", tmp_path / "taken.mbox")
+        export.export_mbox(applied.project, "0.1.0", tmp_path / "taken.mbox")
     assert (tmp_path / "taken.mbox").read_text() == "mine"
 
 
@@ -172,7 +172,7 @@ def test_the_real_series_of_a_pin_pushes_with_quilt_to_the_locked_tree(project_c
     version = "0.5.14"
     report = apply_series(project_copy, [version], run_witnesses=False)
     assert report.ok, report.to_json()
-    folder = authoring.export_quilt(project_copy, version, tmp_path / "patches")
+    folder = export.export_quilt(project_copy, version, tmp_path / "patches")
     work = pristine_subtree(version, tmp_path / "work", path="python")
     _quilt_push(folder, work)
     tree = project_copy.build_dir / "trees" / version

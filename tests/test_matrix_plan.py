@@ -23,14 +23,15 @@ from sglpatch.rocm import constants
 WORKFLOW = REPO_ROOT / ".github" / "workflows" / "matrix.yml"
 PROJECT = Project(REPO_ROOT)
 PINS = [pin.version for pin in PROJECT.pins().pins]
-GUARD = "patches/0001-amd-guard-cuda-runtime-include-fused-metadata-copy.patch"
+# 0001's older rendition (the main file, the newest, covers the newest pin).
+GUARD = "patches/renditions/0001-amd-guard-cuda-runtime-include-fused-metadata-copy/0.5.16.patch"
 
 
 def test_a_pull_request_runs_the_pins_whose_renditions_changed_and_the_newest():
     jobs = plan.plan(PROJECT, "pr", changed_files=[GUARD])
     series = PROJECT.series()
-    guard = next(p for p in series.patches if p.name == Path(GUARD).name)
-    expected = {v for v in PINS if guard.for_version(v) and Path(guard.for_version(v).path).name == Path(GUARD).name}
+    guard = series.get("0001-amd-guard-cuda-runtime-include-fused-metadata-copy")
+    expected = {v for v in PINS if guard.for_version(v) and guard.for_version(v).path == PROJECT.root / GUARD}
     assert expected and PINS[-1] not in expected  # the newest pin carries another rendition
     assert [job.pin for job in jobs] == [v for v in PINS if v in expected | {PINS[-1]}]
     assert [job.pin for job in plan.plan(PROJECT, "pr", changed_files=["README.md"])] == [PINS[-1]]

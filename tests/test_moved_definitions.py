@@ -187,7 +187,8 @@ def _import_each_touched_module(self, commit, changed):
 def test_rebase_ports_a_patch_whose_function_the_release_moved_and_reports_the_try(fake_project, tmp_path, monkeypatch):
     monkeypatch.setattr(Trial, "import_smoke", _import_each_touched_module)
     known = registry.registry
-    witness = TextWitness("kv-default", DEFAULTS, '"fp8_e4m3"')
+    # The fix is in server_args.py on 0.2.5 and in the file 0.3.0 moved the function to.
+    witness = TextWitness("kv-default", (DEFAULTS, SETTINGS), '"fp8_e4m3"')
     monkeypatch.setattr(registry, "registry", lambda: {**known(), "kv-default": witness})
     files_025 = {**BASE_FILES, "sglang/srt/server_args.py": SERVER_ARGS}
     wheel = make_wheel(fake_project.index, "0.2.5", files_025)
@@ -205,6 +206,10 @@ def test_rebase_ports_a_patch_whose_function_the_release_moved_and_reports_the_t
     assert tried.result == f"proposes a tree changing {DEFAULTS}" and tried.judge.startswith("accepted")
     assert "(choose_kv_cache_dtype) -> " + DEFAULTS in tried.detail
     assert f"tried patches/0001-kv.patch {moved_definitions.STEP} from 0.2.5: proposes a tree changing {DEFAULTS}" in report.text()
-    text = (fake_project.root / "patches" / "renditions" / "0001-kv" / "0.3.0.patch").read_text()
+    # A rendition for a release newer than every pin is the newest: it becomes the main file, and
+    # the old main moves under renditions/, named after the newest pin it covers.
+    text = (fake_project.root / "patches" / "0001-kv.patch").read_text()
+    assert "Applies-To: ==0.3.0" in text and outcome.rendition == "patches/0001-kv.patch"
+    assert (fake_project.root / "patches" / "renditions" / "0001-kv" / "0.2.5.patch").read_text() == patch
     assert f"+++ b/{DEFAULTS}" in text and '+        return "fp8_e4m3"' in text and "server_args.py" not in text.split("---\n", 1)[1]
     assert report.written

@@ -42,7 +42,7 @@ def test_apply_reproduces_the_committed_lock_exactly(project_copy, tmp_path, ver
     # Witnessed both ways: a patch is applied only where its witness found the bug, and then passes;
     # a rendition claims a pin where it is not applied only because the pin holds it verbatim.
     for outcome in result.patches:
-        if outcome.status in ("applied", "applied-with-offset"):
+        if outcome.status in ("applied", "applied-with-offset", "applied-three-way"):
             assert outcome.witness_before.startswith("bug") and outcome.witness_after.startswith("clean"), outcome
         elif outcome.status == "not-needed":
             assert outcome.reverse_applies and outcome.witness_before.startswith("clean"), outcome

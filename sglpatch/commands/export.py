@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from sglpatch import authoring, exitcodes
+from sglpatch import exitcodes, export
 from sglpatch.cli_options import add, pin_version, say
 
 
@@ -19,9 +19,9 @@ def register(sub) -> None:
 def run(project, args) -> int:
     version = pin_version(project, args.pin)
     if args.quilt:
-        folder = authoring.export_quilt(project, version, args.quilt)
+        folder = export.export_quilt(project, version, args.quilt)
         say(args, f"{folder}: quilt series for sglang {version} (QUILT_PATCHES={folder} quilt push -a on the pristine tree)")
     else:
-        mbox = authoring.export_mbox(project, version, args.mbox)
+        mbox = export.export_mbox(project, version, args.mbox)
         say(args, f"{mbox}: mbox for sglang {version} (git am {mbox} on the pristine tree)")
     return exitcodes.OK

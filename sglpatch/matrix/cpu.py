@@ -66,6 +66,9 @@ def _run_cell(project: Project, cell: Cell, use_cache: bool) -> CellRecord:
         try:
             record = CellRecord.from_dict(kept)
             record.cached = True
+            # The answer read the trees, not the patch files: a series that gives the same trees
+            # (renditions tidied, a message edited) reuses it, and the record names the series run now.
+            record.series_version, record.series_hash = put.series_version, put.series_hash
             return _finish(record, out, log_path, started, None)
         except (ValueError, TypeError, KeyError):
             CELLS.path(key).unlink(missing_ok=True)
