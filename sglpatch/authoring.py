@@ -91,6 +91,10 @@ def refresh(project, version: str, rendition_of: str | None = None) -> list[Refr
     if not commits:
         raise SglpatchError(f"{tree}: branch {BRANCH} holds no commit on top of the pristine release")
     target = series.get(rendition_of) if rendition_of else None
+    # The series' own commit of each patch on this pin, as apply made it and the lock pins it: a
+    # commit with its change is unchanged, whatever the rendition's text (apply may have applied
+    # it at an offset or merged it three-way).
+    locked = {o.get("name"): o.get("commit", "") for o in read_lock(project.lock_file)["pins"].get(version, {}).get("patches", [])}
     written: list[Refreshed] = []
     staged: dict[Path, bytes] = {}
     new_entries: list[str] = []
@@ -101,7 +105,8 @@ def refresh(project, version: str, rendition_of: str | None = None) -> list[Refr
         if known is not None:
             patch, rendition = known
             text = _format_patch(tree, commit, number=None)
-            if _same_patch(text, rendition.raw):
+            own = locked.get(patch.name, "")
+            if _same_patch(text, rendition.raw) or (own and _same_change(tree, commit, own)):
                 written.append(Refreshed(rendition.path, "unchanged", subject))
             else:
                 staged[rendition.path] = text
@@ -186,6 +191,20 @@ def _with_trailers(tree: Path, commit: str, trailers: dict[str, str]) -> str:
     }
     parents = [arg for parent in info[7].split() for arg in ("-p", parent)]
     return git_out(["commit-tree", info[6], *parents], tree, env=env, input=new_message)
+
+
+def _same_change(tree: Path, commit: str, other: str) -> bool:
+    """Whether two commits make the same change with the same message (``git patch-id --stable``
+    of each diff, and the messages), where the other commit is in the tree's repository."""
+    if run_git(["cat-file", "-e", f"{other}^{{commit}}"], tree, check=False).returncode != 0:
+        return False
+
+    def identity(sha: str) -> tuple[str, bytes]:
+        diff = run_git(["diff-tree", "-p", "--no-commit-id", f"{sha}^", sha], tree).stdout
+        patch_id = run_git(["patch-id", "--stable"], tree, input=diff).stdout.decode().split()
+        return (patch_id[0] if patch_id else ""), run_git(["log", "-1", "--format=%B", sha], tree).stdout
+
+    return identity(commit) == identity(other)
 
 
 def _same_patch(new: bytes, old: bytes) -> bool:

@@ -154,6 +154,17 @@ def test_a_pin_whose_patch_apply_merged_three_way_exports_its_own_commit_for_qui
     _mbox_export_gives_the_locked_tree(project, "0.2.5", tmp_path / "am")
 
 
+def test_refresh_leaves_a_patch_apply_merged_three_way_unchanged_when_its_commit_is_the_series_own(three_way):
+    # On 0.2.5 the pin's commit differs from the rendition's text (its context is 0.2.5's): it is
+    # still the series' own commit, so refresh must not rewrite the rendition every other pin uses.
+    project = three_way.project
+    before = {p: p.read_bytes() for p in (project.root / "patches").rglob("*") if p.is_file()}
+    authoring.start(project, "0.2.5")
+    refreshed = authoring.refresh(project, "0.2.5")
+    assert [(item.path.name, item.action) for item in refreshed] == [("0001-example.patch", "unchanged")]
+    assert {p: p.read_bytes() for p in (project.root / "patches").rglob("*") if p.is_file()} == before
+
+
 def test_export_refuses_to_overwrite(applied, tmp_path):
     from sglpatch.errors import SglpatchError
 

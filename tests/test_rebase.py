@@ -465,6 +465,19 @@ def test_a_release_across_the_file_move_is_ported_by_the_merge_tools_from_its_ne
 
 
 @pytest.mark.network
+def test_a_line_using_a_name_only_the_newer_release_has_is_written_as_the_older_rendition_writes_it(tmp_path):
+    # 0.5.22's 0003 calls attn_dp_enabled_of(view), which 0.5.22 added; wiggle merges it onto 0.5.21
+    # and the judge refuses that name. The older rendition writes that line view.enable_dp_attention,
+    # which 0.5.21 has: with it the port passes the judge and is the committed tree.
+    from sglpatch.leave_one_out import rebase_left_out
+
+    row = rebase_left_out(REPO_ROOT, "0.5.21", tmp_path, write=False)
+    assert row["ported"] and row["identical"], row
+    by_name = {p["name"][:4]: p for p in row["patches"]}
+    assert (by_name["0003"]["verdict"], by_name["0003"]["step"]) == ("new-rendition", "wiggle + sibling lines"), row
+
+
+@pytest.mark.network
 def test_a_release_whose_code_was_rewritten_needs_a_hand_port_and_gets_a_prepared_tree(tmp_path):
     # 0.5.14 rewrote ServerArgs' fields as annotated ones: no tool merges 0003 there, and nothing is written.
     from sglpatch.leave_one_out import rebase_left_out

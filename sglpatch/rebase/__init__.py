@@ -10,7 +10,8 @@ a well-kept tool, proposes trees, nearest rendition first (``sglpatch.rebase.mer
    commit from the tree it was made for); Debian's ``wiggle``; then the same with the hunks the
    release already holds (each reverse-applies) and the files it removed left out;
 3. where a proposal uses a name the release renamed around it, the same proposal with the
-   release's name (``merge_tools.follow_renames``).
+   release's name (``merge_tools.follow_renames``); where a line it adds uses a name the release
+   lacks, that line as another rendition of the patch writes it (``merge_tools.sibling_lines``).
 
 Every proposal is judged (``sglpatch.rebase.judge``) -- no name its added lines use missing from the
 release, the witness bug on the pristine release and clean on the port, every touched module

@@ -13,6 +13,10 @@ them decides: the judge (``sglpatch.rebase.judge``) does.
   context changed word by word; a file that moved is followed by git's rename detection.
 - ``follow_renames``: a proposal whose added lines use a name the release renamed in that file
   (``get_global_server_args`` -> ``get_server_args``), with the release's name instead;
+- ``sibling_lines``: a proposal whose added line uses a name the release lacks (the judge's
+  finding), with that line as another rendition of the patch wrote it where that rendition's line
+  uses no missing name -- a rendition made for an older release where the proposal came from a
+  newer one, or the other way round;
 - ``reduce``: the rendition without the hunks the release already holds (each reverse-applies on
   its own) and without the files the release removed; what is left goes through the cascade again.
 """
@@ -348,3 +352,78 @@ def keep_both_insertions(repo: Path, conflict_tree: str, onto: str, scratch: Pat
         return Proposal(detail="no conflict markers in the merge")
     tree = git_out(["write-tree"], repo, env=env)
     return Proposal(tree, _changed(repo, onto, tree), "; ".join(notes))
+
+
+# -- a line as another rendition wrote it -------------------------------------------------------------
+
+_FINDING_AT = re.compile(r"^names: (?P<path>[^:]+\.py):(?P<line>\d+): (?P<what>.*)$")
+_QUOTED = re.compile(r"'([A-Za-z_][A-Za-z0-9_.]*)'")
+# How alike a sibling's line must be to stand in for the proposal's (difflib's ratio, 0..1).
+SIBLING_LINE_RATIO = 0.6
+
+
+def _added_lines(diff: str) -> dict[str, list[str]]:
+    """Each file's added lines in a diff (its path on the new side), in order."""
+    added: dict[str, list[str]] = {}
+    for patched in unidiff.PatchSet(diff):
+        added.setdefault(patched.path, []).extend(
+            line.value.rstrip("\n") for hunk in patched for line in hunk if line.is_added)
+    return added
+
+
+def sibling_lines(repo: Path, tree: str, onto: str, findings: list[str], siblings: list[tuple[str, str]],
+                  scratch: Path) -> Proposal:
+    """The proposal ``tree`` with each line a names finding points at replaced by the line another
+    rendition of the patch adds to that file in its place -- between the same two lines, else the
+    most alike (``SIBLING_LINE_RATIO``) -- among those that use none of the missing names;
+    ``siblings`` as (name, diff). "" as the tree where no finding has one."""
+    wanted: dict[str, dict[int, set[str]]] = {}
+    for finding in findings:
+        found = _FINDING_AT.match(finding)
+        if found:
+            missing = set(_QUOTED.findall(found.group("what")))
+            wanted.setdefault(found.group("path"), {}).setdefault(int(found.group("line")), set()).update(missing)
+    offered = [(name, _added_lines(diff)) for name, diff in siblings]
+    env = _index_env(scratch, "siblings")
+    run_git(["read-tree", tree], repo, env=env)
+    notes = []
+    for path, at in sorted(wanted.items()):
+        proposed = file_at(repo, tree, path)
+        if proposed is None:
+            continue
+        lines = proposed.decode(errors="replace").splitlines(keepends=True)
+        changed = False
+        for number, missing in sorted(at.items()):
+            if not 0 < number <= len(lines):
+                continue
+            old = lines[number - 1]
+            body = old.strip()
+            around = (lines[number - 2].strip() if number > 1 else None, lines[number].strip() if number < len(lines) else None)
+            best = None
+            for name, added in offered:
+                theirs = added.get(path, [])
+                for at_line, line in enumerate(theirs):
+                    if line.strip() == body or any(re.search(rf"\b{re.escape(m)}\b", line) for m in missing):
+                        continue
+                    # Alike by the line itself, or standing between the same two lines.
+                    beside = (at_line > 0 and theirs[at_line - 1].strip() == around[0],
+                              at_line + 1 < len(theirs) and theirs[at_line + 1].strip() == around[1])
+                    ratio = difflib.SequenceMatcher(a=body, b=line.strip(), autojunk=False).ratio()
+                    if all(beside) or ratio >= SIBLING_LINE_RATIO:
+                        score = (sum(beside), ratio)
+                        if best is None or score > best[0]:
+                            best = (score, line, name)
+            if best is None:
+                continue
+            indent = old[: len(old) - len(old.lstrip())]
+            lines[number - 1] = indent + best[1].strip() + ("\n" if old.endswith("\n") else "")
+            notes.append(f"{path}:{number}: {body!r} -> {best[1].strip()!r} (as {best[2]} writes it)")
+            changed = True
+        if changed:
+            blob = git_out(["hash-object", "-w", "--stdin"], repo, input="".join(lines).encode())
+            mode = git_out(["ls-tree", tree, "--", path], repo).split(" ")[0] or "100644"
+            run_git(["update-index", "--add", "--cacheinfo", f"{mode},{blob},{path}"], repo, env=env)
+    if not notes:
+        return Proposal(detail="no other rendition writes those lines without the missing names")
+    replaced = git_out(["write-tree"], repo, env=env)
+    return Proposal(replaced, _changed(repo, onto, replaced), "lines as another rendition writes them: " + "; ".join(notes))

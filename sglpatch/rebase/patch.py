@@ -116,9 +116,13 @@ def rebase_patch(project, trial: Trial, patch: SeriesPatch, pins: tuple[Pin, ...
             steps += [("reduced exact", reduced.diff), ("reduced merge-ort", reduced.diff), ("reduced wiggle", reduced.diff)]
         while steps:
             how, text = steps.pop(0)
-            if how.endswith(("+ renames", "+ both insertions")):
+            if how.endswith(("+ renames", "+ both insertions", "+ sibling lines")):
                 if how.endswith("+ renames"):
                     proposal = merge_tools.follow_renames(trial.repo, base.commit, text, trial.parent, trial.scratch)
+                elif how.endswith("+ sibling lines"):
+                    refused_tree, findings = text
+                    others = [(r.path.name, r.diff_text) for r in patch.renditions if r is not candidate.rendition]
+                    proposal = merge_tools.sibling_lines(trial.repo, refused_tree, trial.parent, findings, others, trial.scratch)
                 else:
                     proposal = merge_tools.keep_both_insertions(trial.repo, text, trial.parent, trial.scratch)
                 tree_hash = proposal.tree
@@ -167,9 +171,13 @@ def rebase_patch(project, trial: Trial, patch: SeriesPatch, pins: tuple[Pin, ...
             if not judged(attempt, commit):
                 if nearest_conflict is None:
                     nearest_conflict = (path, how, tree_hash, trial.parent)
-                if attempt.findings and attempt.findings[0].startswith("names:") and not how.endswith("+ renames"):
-                    # A name the release renamed where the patch's lines use it: rename it as the release did.
-                    steps.insert(0, (f"{how} + renames", tree_hash))
+                if attempt.findings and attempt.findings[0].startswith("names:") and "+ sibling lines" not in how:
+                    # A name the release lacks where the patch's lines use it: that line as another
+                    # rendition writes it, and before that, where the release renamed the name, the
+                    # release's name.
+                    steps.insert(0, (f"{how} + sibling lines", (tree_hash, list(attempt.findings))))
+                    if not how.endswith("+ renames"):
+                        steps.insert(0, (f"{how} + renames", tree_hash))
                 continue
             outcome.witness_after = attempt.witness_after
             trial.parent = commit
