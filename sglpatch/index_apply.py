@@ -155,7 +155,9 @@ def commit_patch(tree_path: Path, rendition: PatchFile, tree: str, parent: str) 
     return git_out(["commit-tree", tree, "-p", parent], tree_path, env=env, input=message.encode())
 
 
-def commit_as_patch(repo: Path, commit: str) -> bytes:
+def commit_as_patch(repo: Path, commit: str, *, zero_commit: bool = False) -> bytes:
     """The pin's own patch for one of its commits (``git format-patch``): what a plain ``git apply``
-    or ``patch -p1`` without fuzz applies to that pin, however apply made the commit."""
-    return run_git(["format-patch", "-1", "--stdout", "--no-signature", commit], repo).stdout
+    or ``patch -p1`` without fuzz applies to that pin, however apply made the commit. With
+    ``zero_commit`` its ``From`` line names no commit, as the series' files do."""
+    return run_git(["format-patch", "-1", "--stdout", "--no-signature", *(["--zero-commit"] if zero_commit else []), commit],
+                   repo).stdout

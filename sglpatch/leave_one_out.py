@@ -23,7 +23,7 @@ from pathlib import Path
 from packaging.version import Version
 
 from sglpatch.errors import SglpatchError
-from sglpatch.gitcmd import run_git
+from sglpatch.index_apply import commit_as_patch
 from sglpatch.into import locked_series
 from sglpatch.lock import LOCK_FILE, read_lock
 from sglpatch.outcomes import APPLIED_STATES, CLASSIFIED
@@ -128,7 +128,7 @@ class _Remaker:
             pin = self.project.pins().select([version])[0]
             with locked_series(self.project, pin) as locked:
                 self.made[version] = {
-                    patch: run_git(["format-patch", "-1", "--stdout", "--zero-commit", commit], locked.repo).stdout.decode()
+                    patch: commit_as_patch(locked.repo, commit, zero_commit=True).decode()
                     for (patch, _), commit in zip(locked.renditions, locked.commits)
                 }
         text = self.made[version].get(name)
