@@ -30,6 +30,7 @@ from sglpatch.series import RENDITIONS_DIR, PatchFile
 _OFFSET_RE = re.compile(r"Hunk #(\d+) succeeded at (\d+) \(offset (-?\d+) lines?\)")
 _FAILED_AT_RE = re.compile(r"error: patch failed: (.+):(\d+)")
 _INDEX_RE = re.compile(r"^index ([0-9a-f]{7,64})\.\.[0-9a-f]{7,64}", re.MULTILINE)
+_DIFF_A_RE = re.compile(r"^diff --git a/(\S+) b/", re.MULTILINE)
 
 
 @dataclass(frozen=True)
@@ -69,6 +70,11 @@ def preimage_blobs(diff: str) -> list[str]:
     """The (abbreviated) blob names a diff's ``index`` lines give its files before the change; a
     file the diff creates has none."""
     return list(dict.fromkeys(name for name in _INDEX_RE.findall(diff) if name.strip("0")))
+
+
+def preimage_paths(diff: str) -> list[str]:
+    """The paths of the files a diff changes as they were before it (``diff --git a/<path>``)."""
+    return list(dict.fromkeys(_DIFF_A_RE.findall(diff)))
 
 
 @dataclass(frozen=True)
@@ -114,16 +120,20 @@ def made_on(rendition: PatchFile, pins: Iterable[Pin], version: str | None) -> I
     """(pin, pristine repository) of each pin other than ``version`` whose tree may hold the blobs
     ``rendition`` was made on, for ``three_way_to_index``: the pin its file is named after first
     (``renditions/<patch>/<pin>.patch``), then every other pin it covers, nearest to ``version``
-    first (newest first where ``version`` is None: a git base of the user's). Each pristine tree is
-    built (or read from the cache) only when the one before it did not hold the blobs."""
+    first (newest first where ``version`` is None: a git base of the user's). Each is read only
+    when the one before it did not hold the blobs: its pristine tree where the cache has it, else
+    just the files the rendition changes, from its artifact (``sources.release_files``: a user's
+    first ``apply --into`` then imports no second tree)."""
     pins = list(pins)
     ordered = sorted({pin.version for pin in pins} | ({version} if version else set()), key=Version)
     at = ordered.index(version) if version else len(ordered)
     covered = [pin for pin in pins if pin.version != version and rendition.covers(pin.version)]
     covered.sort(key=lambda pin: (pin.version != rendition.path.stem, abs(ordered.index(pin.version) - at),
                                   bool(version) and pin.parsed_version > Version(version)))
+    paths = preimage_paths(rendition.diff_text)
     for pin in covered:
-        yield pin.version, sources.pristine_from_index(pin).repo
+        cached = sources.cached_pristine(pin)
+        yield pin.version, cached or sources.release_files(pin, paths)
 
 
 def display_name(rendition: PatchFile) -> str:

@@ -17,12 +17,12 @@ import stat
 import tarfile
 import tempfile
 import zipfile
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path, PurePosixPath
 
-from sglpatch import cache, package_index, progress
+from sglpatch import cache, index_listing, package_index, progress
 from sglpatch.package_index import IndexConfig
 from sglpatch.errors import SglpatchError
 from sglpatch.gitcmd import IDENTITY_EMAIL, IDENTITY_NAME, git_out, run_git
@@ -206,78 +206,10 @@ def _artifact_url(config: IndexConfig, filename: str) -> str:
         if folder is not None and (folder / filename).is_file():
             # A flat local folder: the file is where its name says; listing it would hash everything.
             return (folder / filename).resolve().as_uri()
-    entries = index_entries(config)
+    entries = index_listing.index_entries(config)
     if filename not in entries:
         raise SglpatchError(f"{filename}: not on the package index {config.describe()}")
     return entries[filename]["url"]
-
-
-def index_entries(index: IndexConfig | str | None = None) -> dict[str, dict]:
-    """sglang's files on the index: file name -> {"url", "sha256" (when the index says), "released"}.
-
-    Every configured index is read; where two list the same file, the first one's entry wins."""
-    config = package_index.resolve(index)
-    entries: dict[str, dict] = {}
-    errors = []
-    for url in config.urls + config.find_links:
-        try:
-            for name, entry in _index_entries_at(config, url).items():
-                entries.setdefault(name, entry)
-        except SglpatchError as exc:
-            errors.append(str(exc))
-    if not entries and errors:
-        raise SglpatchError("; ".join(errors))
-    return entries
-
-
-def _index_entries_at(config: IndexConfig, url: str) -> dict[str, dict]:
-    folder = package_index.local_folder(url)
-    if folder is not None:
-        project = folder / "sglang" / "index.html"
-        if project.is_file():  # a PEP 503 index on disk
-            return _project_entries(project.read_bytes(), "text/html", project.as_uri())
-        if not folder.is_dir():
-            raise SglpatchError(f"{url}: no such folder")
-        return {
-            path.name: {"url": path.as_uri(), "sha256": _sha256(path), "released": ""}
-            for path in sorted(folder.iterdir())
-            if path.name.startswith("sglang-")
-        }
-    project_url = url.rstrip("/") + "/sglang/"
-    accept = "application/vnd.pypi.simple.v1+json, text/html;q=0.1"
-    try:
-        with config.open(project_url, accept=accept, timeout=60) as response:
-            body = response.read()
-            content_type = response.headers.get("Content-Type", "")
-    except (SglpatchError, OSError) as exc:
-        raise SglpatchError(f"cannot read the package index at {project_url}: {exc}") from None
-    return _project_entries(body, content_type, project_url)
-
-
-def _project_entries(body: bytes, content_type: str, page_url: str) -> dict[str, dict]:
-    """sglang's files on one project page, as ``index_entries`` gives them: pypi-simple reads the
-    JSON (PEP 691) and the HTML (PEP 503) page, its hashes and upload times. It is imported here,
-    not at the top: with pydantic it is about 0.3 s, which every sglpatch command would pay at
-    start, and only a listing of the index needs it."""
-    from pypi_simple import ProjectPage
-
-    try:
-        if "json" in content_type:
-            page = ProjectPage.from_json_data(json.loads(body), page_url)
-        else:
-            page = ProjectPage.from_html("sglang", body, page_url)
-    except (ValueError, KeyError, TypeError) as exc:
-        # pydantic's ValidationError (a ValueError) spans lines, one per field: its first says what.
-        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise SglpatchError(f"{page_url}: not a PEP 691 or PEP 503 project page: {first}") from None
-    return {
-        package.filename: {
-            "url": package.url,
-            "sha256": package.digests.get("sha256", ""),
-            "released": package.upload_time.isoformat().replace("+00:00", "Z") if package.upload_time else "",
-        }
-        for package in page.packages
-    }
 
 
 # -- unpack -------------------------------------------------------------------------------------
@@ -379,7 +311,32 @@ def _file_mode(unix_mode: int) -> str:
 
 def pristine_from_index(pin: Pin, index: IndexConfig | str | None = None) -> Pristine:
     """The pin's pristine commit, built from its artifact once and cached."""
-    path = cache.cache_root() / "pristine" / f"{pin.version}-{pin.sha256[:16]}.git"
+    path = _pristine_entry(pin)
+    return Pristine(repo=path, commit=_imported(path, pin, index), source="index")
+
+
+def cached_pristine(pin: Pin) -> Path | None:
+    """The pin's pristine repository where the cache holds it whole already, else None."""
+    path = _pristine_entry(pin)
+    return path if _valid_entry(path) else None
+
+
+def release_files(pin: Pin, paths: Iterable[str], index: IndexConfig | str | None = None) -> Path:
+    """A repository whose one commit holds only ``paths`` of the pin's artifact (those it has):
+    the blobs a three-way apply reads, where importing the whole release is not worth its time
+    and cache (a user's first ``apply --into``). Its blobs are the pristine tree's, byte for byte."""
+    wanted = sorted(set(paths))
+    named = f"{pin.version}-{pin.sha256[:16]}-{_text_digest(chr(10).join(wanted))[:16]}.git"
+    path = cache.cache_root() / "release-files" / named
+    _imported(path, pin, index, frozenset(wanted))
+    return path
+
+
+def _pristine_entry(pin: Pin) -> Path:
+    return cache.cache_root() / "pristine" / f"{pin.version}-{pin.sha256[:16]}.git"
+
+
+def _imported(path: Path, pin: Pin, index: IndexConfig | str | None, only: frozenset[str] | None = None) -> str:
     with cache.entry_lock(path):
         commit = _valid_entry(path)
         if commit is None:
@@ -388,9 +345,9 @@ def pristine_from_index(pin: Pin, index: IndexConfig | str | None = None) -> Pri
             cache.remove(path)
             with cache.staging(path) as staging:
                 run_git(["init", "--bare", "--quiet", str(staging)], staging.parent)
-                commit = _fast_import(staging, pin, artifact)
+                commit = _fast_import(staging, pin, artifact, only)
                 _finish_entry(staging, commit)
-    return Pristine(repo=path, commit=commit, source="index")
+    return commit
 
 
 def pristine_from_git(pin: Pin, url: str) -> Pristine:
@@ -430,16 +387,18 @@ def pristine_from_git(pin: Pin, url: str) -> Pristine:
     return Pristine(repo=path, commit=commit, source=f"git:{url}")
 
 
-def _fast_import(repo: Path, pin: Pin, artifact: Path) -> str:
+def _fast_import(repo: Path, pin: Pin, artifact: Path, only: frozenset[str] | None = None) -> str:
     when = int(datetime.fromisoformat(pin.released.replace("Z", "+00:00")).timestamp())
     message = (
         f"sglang {pin.version} (pristine)\n\n"
         f"Tree of {pin.artifact}\n"
         f"sha256 {pin.sha256}\n"
         f"Left out: {LEFT_OUT_DESCRIPTION}.\n"
+        + (f"Only {len(only)} of its files: those a patch changes.\n" if only is not None else "")
     ).encode()
     identity = f"{IDENTITY_NAME} <{IDENTITY_EMAIL}> {when} +0000".encode()
-    members = sorted(artifact_members(artifact, pin), key=lambda member: member.path)
+    members = sorted((member for member in artifact_members(artifact, pin) if only is None or member.path in only),
+                     key=lambda member: member.path)
     seen: set[str] = set()
     stream = [b"commit ", PRISTINE_REF.encode(), b"\nauthor ", identity, b"\ncommitter ", identity]
     stream += [b"\ndata ", str(len(message)).encode(), b"\n", message, b"\n"]

@@ -21,7 +21,7 @@ from pathlib import Path
 from packaging.utils import InvalidSdistFilename, InvalidWheelFilename, parse_sdist_filename, parse_wheel_filename
 from packaging.version import Version
 
-from sglpatch import sources
+from sglpatch import index_listing
 from sglpatch.errors import SglpatchError
 from sglpatch.outcomes import Outcome
 from sglpatch.processes import run_tool, user_git_env
@@ -92,7 +92,7 @@ def newer_releases(project, index=None) -> list[str]:
 def index_releases(index=None) -> list[Version]:
     """Every final or post release of sglang that the index has a file for, oldest first."""
     versions = set()
-    for name in sources.index_entries(index):
+    for name in index_listing.index_entries(index):
         try:
             version = parse_wheel_filename(name)[1] if name.endswith(".whl") else parse_sdist_filename(name)[1]
         except (InvalidWheelFilename, InvalidSdistFilename):

@@ -9,7 +9,8 @@ import sys
 
 import pytest
 
-from conftest import THREE_WAY_CHANGED, format_patch, git, tree_files
+from conftest import THREE_WAY_CHANGED, THREE_WAY_EXAMPLE, format_patch, git, tree_files
+from sglpatch import sources
 from sglpatch.witnesses import answer_cache
 from sglpatch.errors import SglpatchError
 from sglpatch.into import apply_into, checkout_version, locked_proof
@@ -365,6 +366,22 @@ def test_a_patch_locked_as_applied_three_way_goes_into_a_checkout_as_locked(thre
     assert (checkout / EXAMPLE).read_text() == THREE_WAY_CHANGED.replace("line 20\n", "patched\n")
     assert git(checkout, "status", "--porcelain").strip() == ""
     assert not (checkout / ".git" / "objects" / "info" / "alternates").exists()
+
+
+def test_a_first_apply_into_of_a_pin_locked_three_way_imports_no_other_pins_tree(three_way, tmp_path, monkeypatch):
+    project = three_way.project
+    locked = _locked(project, "0.2.5")
+    checkout = _checkout_of(project, "0.2.5", tmp_path / "sglang")
+    _no_witness_may_run(monkeypatch)
+    monkeypatch.setenv("SGLPATCH_CACHE_DIR", str(tmp_path / "empty-cache"))
+
+    apply_into(project, checkout)
+    assert git(checkout, "rev-parse", "HEAD^{tree}").strip() == locked["tree"]
+    others = [pin for pin in project.pins().pins if pin.version != "0.2.5"]
+    # The blobs the patch was made on came from the one file it changes, not from a whole tree.
+    assert [sources.cached_pristine(pin) for pin in others] == [None, None]
+    lenders = list((tmp_path / "empty-cache" / "release-files").glob("*.git"))
+    assert len(lenders) == 1 and git(lenders[0], "ls-tree", "-r", "--name-only", "HEAD").split() == [THREE_WAY_EXAMPLE]
 
 
 def _applies_plainly(patch: bytes, project, version, dest) -> str:

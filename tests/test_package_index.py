@@ -19,7 +19,7 @@ import pytest
 
 from conftest import REPO_ROOT
 from sglpatch import package_index as index
-from sglpatch import sources
+from sglpatch import index_listing
 from sglpatch.errors import SglpatchError
 from sglpatch.project import apply_series
 
@@ -153,10 +153,10 @@ def test_the_repository_names_no_registry_host_that_pip_or_apt_here_use():
 
 @pytest.mark.network
 def test_the_configured_index_lists_the_pinned_artifacts():
-    from sglpatch import sources
+    from sglpatch import index_listing
     from sglpatch.pins import load_pins
 
-    entries = sources.index_entries()
+    entries = index_listing.index_entries()
     for pin in load_pins(REPO_ROOT / "upstream" / "pins.toml").pins:
         assert pin.artifact in entries, pin.artifact
 
@@ -199,7 +199,7 @@ def test_an_index_served_over_http_is_read_as_pep_691_json_or_pep_503_html(tmp_p
     }
     asked = []
     with _index_serving(*bodies[page], asked) as url:
-        entries = sources.index_entries(url)
+        entries = index_listing.index_entries(url)
     port = url.split(":")[2].split("/")[0]
     assert asked[0][0] == "/simple/sglang/" and "application/vnd.pypi.simple.v1+json" in asked[0][1]
     entry = entries["sglang-0.5.24.tar.gz"]
@@ -212,6 +212,6 @@ def test_an_index_served_over_http_is_read_as_pep_691_json_or_pep_503_html(tmp_p
 def test_a_broken_json_project_page_is_a_one_line_error_naming_the_page(body):
     with _index_serving("application/vnd.pypi.simple.v1+json", body, []) as url:
         with pytest.raises(SglpatchError) as refused:
-            sources.index_entries(url)
+            index_listing.index_entries(url)
     message = str(refused.value)
     assert "\n" not in message and message.startswith(f"{url}/sglang/: not a PEP 691 or PEP 503 project page: "), message

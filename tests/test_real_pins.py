@@ -10,7 +10,7 @@ import pytest
 from packaging.version import Version
 
 from conftest import REPO_ROOT, git
-from sglpatch import sources
+from sglpatch import index_listing, sources
 from sglpatch.pins import load_pins
 from sglpatch.project import apply_series
 from sglpatch.series import load_series
@@ -62,7 +62,7 @@ def test_every_release_on_the_index_in_the_pinned_range_is_pinned():
 
 
 def test_each_pin_is_its_index_artifact_with_the_index_sha256_and_upload_time():
-    entries = sources.index_entries()
+    entries = index_listing.index_entries()
     for pin in PINS.pins:
         if pin.parsed_version <= Version("0.5.10.post1"):
             assert pin.artifact == f"sglang-{pin.version}.tar.gz"

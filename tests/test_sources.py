@@ -48,6 +48,19 @@ def test_pristine_commit_is_identical_across_separate_caches(fake_project, tmp_p
     assert log.strip() == "sglpatch <sglpatch@localhost> 2026-01-02T03:04:05+00:00"
 
 
+@pytest.mark.parametrize("version", ["0.1.0", "0.2.0"])
+def test_release_files_hold_the_pristine_blobs_of_just_the_files_asked_for(fake_project, version):
+    pin = fake_project.project.pins().select([version])[0]
+    assert sources.cached_pristine(pin) is None
+    asked = ["python/sglang/srt/layers/example.py", "python/sglang/not_in_the_release.py"]
+    repo = sources.release_files(pin, asked)
+    assert sources.cached_pristine(pin) is None  # the whole tree was not imported
+    assert _tree_listing(repo, "HEAD") == {asked[0]}
+    pristine = _pristine(fake_project, version)
+    assert sources.cached_pristine(pin) == pristine.repo
+    assert git(repo, "rev-parse", f"HEAD:{asked[0]}") == git(pristine.repo, "rev-parse", f"{pristine.commit}:{asked[0]}")
+
+
 def test_tampered_artifact_is_refused_by_its_hash_and_not_cached(fake_project, cache_dir):
     artifact = fake_project.index / "sglang-0.1.0.tar.gz"
     artifact.write_bytes(artifact.read_bytes() + b"tampered")

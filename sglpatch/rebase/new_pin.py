@@ -11,7 +11,7 @@ import zipfile
 from dataclasses import asdict
 from pathlib import Path
 
-from sglpatch import sources
+from sglpatch import index_listing, sources
 from sglpatch.errors import SglpatchError
 from sglpatch.pins import Pin
 
@@ -19,7 +19,7 @@ from sglpatch.pins import Pin
 def new_pin(version: str, index=None) -> tuple[Pin, str]:
     """The pin for ``version`` from the index -- its CPython 3.11 x86_64 wheel, else its sdist --
     and a note where the upload time did not come from the index."""
-    entries = sources.index_entries(index)
+    entries = index_listing.index_entries(index)
     candidates = [f"sglang-{version}-cp311-cp311-manylinux_2_34_x86_64.whl", f"sglang-{version}.tar.gz"]
     name = next((candidate for candidate in candidates if candidate in entries), None)
     if name is None:
