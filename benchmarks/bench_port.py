@@ -5,7 +5,7 @@ and lock entry removed, every rendition made for V alone deleted, every renditio
 pins made again for the nearest of them from its locked commit; ``sglpatch.leave_one_out``), then ``sglpatch rebase V`` in the copy -- the cascade of merge tools
 and the judge -- and, unless ``--dry-run``, the staged witnessed apply that writes the pin and lock.
 Per release and patch: the verdict, the cascade step that ported it or what stopped it, whether the
-release's tree equals the committed lock's, and the time. Totals: k/N ported by themselves, j/N
+release's tree equals the committed lock's, its CPU matrix cells on the staged series, and the time. Totals: k/N ported by themselves, j/N
 identical to the committed tree.
 
     python benchmarks/bench_port.py [VERSION ...] [--dry-run] [--json FILE]
@@ -50,12 +50,18 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     rows = []
     started = time.perf_counter()
+    print("| release | ported | identical | CPU cells passed | time | per patch: verdict, step or what stopped it |")
+    print("|---|---|---|---|---|---|")
     with tempfile.TemporaryDirectory(prefix="sglpatch-bench-port-") as work:
         for version in versions:
             row = rebase_left_out(ROOT, version, Path(work), write=not args.dry_run)
             rows.append(row)
-            print(f"| {version} | {'yes' if row['ported'] else 'no'} | {'yes' if row['identical'] else 'no'} | "
-                  f"{row['seconds']:.0f} s | {'; '.join(_cell(p) for p in row['patches']) or row['error'][:200]} |", flush=True)
+            cells = row.get("cells", [])
+            passed = f"{sum(c.endswith(' passed') for c in cells)}/{len(cells)}" if cells else "-"
+            stopped = f"; not written: {row['error'][:200]}" if row["error"] and row["patches"] else ""
+            print(f"| {version} | {'yes' if row['ported'] else 'no'} | {'yes' if row['identical'] else 'no'} | {passed} | "
+                  f"{row['seconds']:.0f} s | {'; '.join(_cell(p) for p in row['patches']) or row['error'][:200]}{stopped} |",
+                  flush=True)
     total = time.perf_counter() - started
     k = sum(row["ported"] for row in rows)
     j = sum(row["identical"] for row in rows)

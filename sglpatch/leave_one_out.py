@@ -175,4 +175,5 @@ def rebase_left_out(source_root: Path, version: str, work: Path, *, write: bool 
         "version": version, "ported": ported, "identical": bool(ported and tree and tree == committed.get("tree")),
         "tree": tree, "committed_tree": committed.get("tree", ""), "seconds": seconds, "patches": patches,
         "error": report.error, "prepared": report.prepared, "removed": removed, "written": report.written,
+        "cells": report.cells,
     }

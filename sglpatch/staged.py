@@ -20,8 +20,8 @@ from sglpatch.project import Project, apply_series
 def write_staged(project, changes: dict[Path, bytes | None], pins_to_apply: list[str], verify=None) -> None:
     """Write ``changes`` (project path -> bytes, or None to remove the file) only if the series, staged with them in a temporary
     copy of the project, passes ``check`` and applies to ``pins_to_apply`` with witnesses (the
-    staged lock updated, and taken along); ``verify(report)`` may refuse with a reason. On any
-    refusal nothing in the project has changed."""
+    staged lock updated, and taken along); ``verify(staged, report)`` -- the staged project and
+    its apply -- may refuse with a reason. On any refusal nothing in the project has changed."""
     root = project.root
     with tempfile.TemporaryDirectory(prefix="sglpatch-stage-") as scratch:
         stage = Path(scratch) / "project"
@@ -46,7 +46,7 @@ def write_staged(project, changes: dict[Path, bytes | None], pins_to_apply: list
         failed = next((result for result in applied.results if not result.ok), None)
         if failed is not None:
             raise SglpatchError(f"the staged series does not apply to {failed.version}: {failed.error}; nothing written")
-        reason = verify(applied) if verify else ""
+        reason = verify(staged, applied) if verify else ""
         if reason:
             raise SglpatchError(f"{reason}; nothing written")
         final = {path: None if data is None else (stage / path.relative_to(root)).read_bytes() for path, data in changes.items()}

@@ -436,6 +436,38 @@ def test_witnesses(monkeypatch):
     return TEST_WITNESSES
 
 
+# Test double: a rebase's CPU matrix cells on the fake releases. They are no sglang (no CPU Python
+# of their own, no ServerArgs to resolve), so the real cells could only say unavailable there; the
+# double answers every cell a release has, passed unless a test names it in FAKE_CELL_FAILURES.
+# Real releases (tests marked network) run the real cells.
+FAKE_CELL_FAILURES: dict[str, str] = {}
+
+
+def _fake_release_cells(staged, version):
+    from sglpatch.matrix.cells import cells
+    from sglpatch.records import FAILED, PASSED, CellRecord
+
+    series = staged.series()
+    records = []
+    for cell in cells([version], ("cpu",)):
+        record = CellRecord(cell.tier, cell.check, cell.pin, cell.depth, series.version, series.digest(), PASSED,
+                            gpu="none: test double for a fake release")
+        if record.cell_id in FAKE_CELL_FAILURES:
+            record.outcome, record.reason = FAILED, FAKE_CELL_FAILURES[record.cell_id]
+        records.append(record)
+    return records
+
+
+@pytest.fixture(autouse=True)
+def fake_release_cells(monkeypatch, request):
+    FAKE_CELL_FAILURES.clear()
+    if request.node.get_closest_marker("network") is None:
+        import sglpatch.rebase
+
+        monkeypatch.setattr(sglpatch.rebase, "pin_cells", _fake_release_cells)
+    return FAKE_CELL_FAILURES
+
+
 def example_lines(replace: dict[int, str] | None = None, insert_top: int = 0) -> str:
     """The fake pins' ``example.py`` ("line 1" .. "line 40"), with lines replaced by number and
     ``insert_top`` new lines on top."""

@@ -347,6 +347,19 @@ def test_final_apply_that_fails_writes_nothing(fake_project, tmp_path, cache_dir
     assert _snapshot(fake_project.root) == before
 
 
+def test_a_cpu_matrix_cell_that_fails_on_the_staged_series_writes_nothing(fake_project, tmp_path, fake_release_cells):
+    fake_project.set_patches([("0001-example.patch", _example_patch(tmp_path))])
+    _release(fake_project, "0.3.0", example_lines({5: "upstream changed line 5\n"}))
+    fake_release_cells["cpu-spec-0.3.0-d4"] = "speculative_num_steps 4 resolves to 3"
+    before = _snapshot(fake_project.root)
+    report = rebase_onto(fake_project.project, "0.3.0")
+    assert _verdicts(report) == [("0001-example.patch", "carries-over")]
+    assert not report.written and not report.complete
+    assert "cpu-spec-0.3.0-d4 says failed" in report.error and "1 of 8 did not pass" in report.error
+    assert "nothing written" in report.error and "cpu-spec-0.3.0-d4 failed" in report.text()
+    assert _snapshot(fake_project.root) == before
+
+
 def test_files_are_moved_in_only_after_the_staged_apply_and_put_back_if_a_move_fails(fake_project, tmp_path, monkeypatch):
     fake_project.set_patches([("0001-example.patch", _example_patch(tmp_path))])
     _release(fake_project, "0.3.0", example_lines({17: "upstream changed line 17\n"}))
@@ -447,6 +460,9 @@ def test_a_release_left_out_whose_renditions_still_apply_is_ported_to_the_commit
 
     row = rebase_left_out(REPO_ROOT, "0.5.12.post1", tmp_path)
     assert row["ported"] and row["written"] and row["identical"], row
+    # The release's real CPU cells ran on the staged series, every one of them, and passed.
+    assert row["cells"] == [f"cpu-{check}-0.5.12.post1{depth} passed"
+                            for check, depth in [("build", ""), ("load", ""), *(("spec", f"-d{d}") for d in range(1, 7))]], row
     assert [(p["verdict"], p["step"]) for p in row["patches"]] == [("carries-over", "exact")] * 3
 
 

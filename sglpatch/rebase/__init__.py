@@ -39,8 +39,10 @@ The report lists every try: the tool, what it changed, the judge's verdict and f
 Nothing is written unless every patch is classified. Then the new pin, the renditions and the
 changed ``Applies-To`` trailers are staged in a temporary copy of the project, linted, and the
 series is applied there -- witnesses and all, lock updated -- to the release and to every pin whose
-rendition changed. Only when that apply succeeds and agrees with the classification are the staged
-files moved into the project (and put back as they were if a move fails; ``sglpatch.staged``).
+rendition changed. Only when that apply succeeds and agrees with the classification, and the
+release's CPU matrix cells (build, load, speculative decoding at depths 1 to 6) pass on the staged
+series -- the judge's last part, on the whole patched tree -- are the staged files moved into the
+project (and put back as they were if a move fails; ``sglpatch.staged``).
 """
 
 from __future__ import annotations
@@ -54,8 +56,10 @@ from sglpatch import sources
 from sglpatch.errors import SglpatchError
 from sglpatch.gitcmd import git_out
 from sglpatch.lock import LOCK_FILE
+from sglpatch.matrix.cpu import run_cpu_tier
 from sglpatch.outcomes import APPLIED_STATES, Outcome
 from sglpatch.pins import with_pin
+from sglpatch.records import PASSED, CellRecord
 from sglpatch.rebase.hand_port import prepare_hand_port
 from sglpatch.rebase.new_pin import new_pin
 from sglpatch.rebase.patch import Writes, rebase_patch
@@ -129,12 +133,32 @@ def rebase_onto(project, version: str, *, write: bool = True) -> RebaseReport:
     )
     report.relocked = [*touched, version]
     try:
-        write_staged(project, changes, report.relocked, verify=lambda staged: _agrees(staged, report))
+        write_staged(project, changes, report.relocked,
+                     verify=lambda staged, applied: _agrees(applied, report) or _cells_refuse(staged, report))
     except SglpatchError as exc:
         report.error = str(exc)
         return report
     report.written = True
     return report
+
+
+def pin_cells(staged, version: str) -> list[CellRecord]:
+    """The release's CPU matrix cells on the staged series (``sglpatch.matrix.cpu``)."""
+    return run_cpu_tier(staged, [version])
+
+
+def _cells_refuse(staged, report: RebaseReport) -> str:
+    """Why the release's CPU matrix cells refuse the staged series ("" when every one passed); a
+    cell that could not run refuses it too."""
+    records = pin_cells(staged, report.version)
+    report.cells = [f"{record.cell_id} {record.outcome}" for record in records]
+    if not records:
+        return f"no CPU matrix cell ran on {report.version}"
+    failed = [record for record in records if record.outcome != PASSED]
+    if failed:
+        return (f"the CPU matrix cell {failed[0].cell_id} says {failed[0].outcome} on the staged series"
+                f" ({len(failed)} of {len(records)} did not pass): {failed[0].reason}")
+    return ""
 
 
 def _agrees(applied, report: RebaseReport) -> str:

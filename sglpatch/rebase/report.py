@@ -55,6 +55,7 @@ class RebaseReport:
     error: str = ""
     tree: str = ""  # the release's tree with every accepted port (the lock's tree when complete)
     prepared: str = ""  # build/port/<version>/, the tree left for a person (relative), if any
+    cells: list[str] = field(default_factory=list)  # "<cell> <outcome>" of the release's CPU cells on the staged series
 
     @property
     def complete(self) -> bool:
@@ -89,6 +90,8 @@ class RebaseReport:
         if self.prepared:
             lines.append(f"  left for a person: {self.prepared} (the nearest candidate of {self._left()}, zdiff3 markers where it"
                          f" conflicted); edit it, then: sglpatch patch refresh {self.version}")
+        if self.cells:
+            lines.append(f"  CPU matrix cells on the staged series: {', '.join(self.cells)}")
         if self.error:
             lines.append(f"  error: {self.error}")
         return "\n".join(lines)

@@ -89,7 +89,7 @@ def tidy_renditions(project, *, write: bool = True) -> TidyReport:
     if not write:
         return report
     lock = json.loads(project.lock_file.read_text())["pins"]
-    write_staged(project, changes, report.pins, verify=lambda applied: _same_trees(applied, lock))
+    write_staged(project, changes, report.pins, verify=lambda staged, applied: _same_trees(applied, lock))
     report.written = True
     return report
 
