@@ -56,7 +56,7 @@ def main(argv: list[str] | None = None) -> int:
         for version in versions:
             row = rebase_left_out(ROOT, version, Path(work), write=not args.dry_run)
             rows.append(row)
-            cells = row.get("cells", [])
+            cells = row["cells"]
             passed = f"{sum(c.endswith(' passed') for c in cells)}/{len(cells)}" if cells else "-"
             stopped = f"; not written: {row['error'][:200]}" if row["error"] and row["patches"] else ""
             print(f"| {version} | {'yes' if row['ported'] else 'no'} | {'yes' if row['identical'] else 'no'} | {passed} | "

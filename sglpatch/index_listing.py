@@ -41,7 +41,7 @@ def _index_entries_at(config: IndexConfig, url: str) -> dict[str, dict]:
         if not folder.is_dir():
             raise SglpatchError(f"{url}: no such folder")
         return {
-            path.name: {"url": path.as_uri(), "sha256": _file_sha256(path), "released": ""}
+            path.name: {"url": path.as_uri(), "sha256": file_sha256(path), "released": ""}
             for path in sorted(folder.iterdir())
             if path.name.startswith("sglang-")
         }
@@ -82,6 +82,7 @@ def _project_entries(body: bytes, content_type: str, page_url: str) -> dict[str,
     }
 
 
-def _file_sha256(path: Path) -> str:
+def file_sha256(path: Path) -> str:
+    """The sha256 of a file's content, as an index lists it and a pin records it."""
     with path.open("rb") as handle:
         return hashlib.file_digest(handle, "sha256").hexdigest()

@@ -152,7 +152,7 @@ def rebase_left_out(source_root: Path, version: str, work: Path, *, write: bool 
         report = rebase_onto(Project(copy), version, write=write)
     except SglpatchError as exc:
         return {"version": version, "ported": False, "identical": False, "seconds": time.perf_counter() - started,
-                "patches": [], "error": str(exc), "removed": removed}
+                "patches": [], "error": str(exc), "removed": removed, "cells": []}
     seconds = time.perf_counter() - started
     committed = read_lock(Path(source_root) / LOCK_FILE)["pins"].get(version, {})
     tree = report.tree

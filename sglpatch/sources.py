@@ -25,6 +25,7 @@ from pathlib import Path, PurePosixPath
 from sglpatch import cache, index_listing, package_index, progress
 from sglpatch.package_index import IndexConfig
 from sglpatch.errors import SglpatchError
+from sglpatch.index_listing import file_sha256
 from sglpatch.gitcmd import IDENTITY_EMAIL, IDENTITY_NAME, git_out, run_git
 from sglpatch.pins import Pin
 
@@ -67,7 +68,7 @@ def fetch_artifact(pin: Pin, index: IndexConfig | str | None = None) -> Path:
     with cache.entry_lock(dest):
         if dest.exists():
             identity = _file_identity(dest)
-            if _sha256(dest) == pin.sha256:
+            if file_sha256(dest) == pin.sha256:
                 _checked[str(dest)] = (identity, pin.sha256)
                 return dest
             dest.unlink()  # a damaged or tampered cache entry: fetch it again
@@ -114,7 +115,7 @@ def artifact_metadata(artifact: Path, sha256: str | None = None) -> str:
     is the one ``fetch_artifact`` checked for this file in this process, else the file's own."""
     if sha256 is None:
         try:
-            sha256 = _checked_digest(artifact) or _sha256(artifact)
+            sha256 = _checked_digest(artifact) or file_sha256(artifact)
         except OSError as exc:
             raise SglpatchError(f"{artifact}: cannot read its metadata: {exc}") from None
     return _remembered_metadata(sha256, lambda: artifact)
@@ -189,14 +190,6 @@ def _read_metadata(artifact: Path) -> str:
             return handle.read().decode()
     except (zipfile.BadZipFile, tarfile.TarError, EOFError, OSError, UnicodeDecodeError) as exc:
         raise SglpatchError(f"{artifact}: cannot read its metadata: {exc}") from None
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        while chunk := handle.read(1 << 20):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def _artifact_url(config: IndexConfig, filename: str) -> str:

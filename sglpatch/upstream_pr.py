@@ -19,7 +19,7 @@ from sglpatch import sources
 from sglpatch.checkouts import checkout_commit
 from sglpatch.errors import SglpatchError
 from sglpatch.gitcmd import IDENTITY_EMAIL, IDENTITY_NAME, git_out, run_git
-from sglpatch.index_apply import apply_to_index, check_exact, made_on, reverse_applies, three_way_to_index
+from sglpatch.index_apply import apply_to_index, check_exact, made_on, preimage_paths, reverse_applies, three_way_to_index
 from sglpatch.processes import run_tool, user_git_env
 from sglpatch.series import METADATA_TRAILERS, PatchFile, SeriesPatch
 from sglpatch.tree_repo import ensure_tree_repo
@@ -196,7 +196,7 @@ def _rendition(patch: SeriesPatch, version: str | None, repo: Path, base_commit:
         return rendition
     files = set(git_out(["ls-tree", "-r", "--name-only", base_commit], repo).splitlines())
     for rendition in patch.renditions:
-        paths = re.findall(r"^diff --git a/(\S+) ", rendition.diff_text, re.MULTILINE)
+        paths = preimage_paths(rendition.diff_text)
         if paths and all(path in files for path in paths):
             return rendition
     return patch.main

@@ -243,7 +243,7 @@ def test_artifact_metadata_by_path_uses_the_digest_fetch_checked(fake_project, c
     metadata = sources.artifact_metadata(artifact)
     assert (cache_dir / "metadata" / f"{pin.sha256}.json").is_file()
     monkeypatch.setattr(sources, "_metadata_memo", {})
-    monkeypatch.setattr(sources, "_sha256", lambda path: pytest.fail(f"{path} was hashed again"))
+    monkeypatch.setattr(sources, "file_sha256", lambda path: pytest.fail(f"{path} was hashed again"))
     assert sources.artifact_metadata(artifact) == sources.pin_metadata(pin) == metadata
     assert opened == [artifact]
 

@@ -223,7 +223,7 @@ def test_watch_end_to_end_on_the_real_series_with_a_stand_in_future_release(tmp_
     by_patch = {o["name"][:4]: o for o in port["outcomes"]}
     assert by_patch["0002"]["witness_before"].startswith("bug") and by_patch["0002"]["witness_after"].startswith("clean")
     pin = load_pins(root / "upstream" / "pins.toml").select(["0.5.24"])[0]
-    assert pin.artifact == stand_in.name and pin.sha256 == sources._sha256(stand_in)
+    assert pin.artifact == stand_in.name and pin.sha256 == sources.file_sha256(stand_in)
     # The witnesses ran on the stand-in's own trees in this run: their answers are in this run's
     # answer folder and were not in the cache it was copied from. On the patched tree the
     # compile guard's answer comes from the release's CPU build cell, which the port must pass.

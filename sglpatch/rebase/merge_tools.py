@@ -109,6 +109,14 @@ def _renamed_to(repo: Path, base: str, release: str, path: str) -> str | None:
     return None
 
 
+def stage_file(repo: Path, env: dict[str, str], path: str, data: bytes, mode_of: str | None) -> None:
+    """``data`` as ``path`` in the index ``env`` names, with the file mode ``path`` has in the tree
+    ``mode_of`` (100644 where it has none there, or where ``mode_of`` is None: a new file)."""
+    blob = git_out(["hash-object", "-w", "--stdin"], repo, input=data)
+    mode = (git_out(["ls-tree", mode_of, "--", path], repo).split(" ")[0] if mode_of else "") or "100644"
+    run_git(["update-index", "--add", "--cacheinfo", f"{mode},{blob},{path}"], repo, env=env)
+
+
 def file_at(repo: Path, commit: str, path: str) -> bytes | None:
     """The file at ``path`` in ``commit``; None where the commit has none."""
     shown = run_git(["cat-file", "blob", f"{commit}:{path}"], repo, check=False)
@@ -167,9 +175,7 @@ def wiggle(repo: Path, base: str, diff: str, onto: str, scratch: Path) -> Propos
                 if merged is None:
                     return Proposal(detail=f"{target}: wiggle left conflicts, from the patch ({why}) and from the trees ({why3})")
                 notes.append(f"{target}: merged from the trees it was made for")
-        blob = git_out(["hash-object", "-w", "--stdin"], repo, input=merged)
-        mode = (git_out(["ls-tree", onto, "--", target], repo).split(" ")[0] or "100644") if not part.is_added_file else "100644"
-        run_git(["update-index", "--add", "--cacheinfo", f"{mode},{blob},{target}"], repo, env=env)
+        stage_file(repo, env, target, merged, None if part.is_added_file else onto)
     tree = git_out(["write-tree"], repo, env=env)
     return Proposal(tree, _changed(repo, onto, tree), "; ".join(notes))
 
@@ -297,9 +303,7 @@ def follow_renames(repo: Path, base: str, tree: str, onto: str, scratch: Path) -
                     return name
                 lines[n] = _IDENT.sub(swap, lines[n])
         if done:
-            blob = git_out(["hash-object", "-w", "--stdin"], repo, input="".join(lines).encode())
-            mode = git_out(["ls-tree", tree, "--", path], repo).split(" ")[0] or "100644"
-            run_git(["update-index", "--add", "--cacheinfo", f"{mode},{blob},{path}"], repo, env=env)
+            stage_file(repo, env, path, "".join(lines).encode(), tree)
             notes.append(f"{path}: " + ", ".join(f"{rename} ({count}x)" for rename, count in sorted(done.items())))
     if not notes:
         return Proposal(detail="the release renamed nothing the proposal's lines use")
@@ -344,9 +348,7 @@ def keep_both_insertions(repo: Path, conflict_tree: str, onto: str, scratch: Pat
         text, count = resolve_insertions(data.decode(errors="surrogateescape"))
         if text is None:
             return Proposal(detail=f"{path}: a conflict changes lines both sides had; not only insertions")
-        blob = git_out(["hash-object", "-w", "--stdin"], repo, input=text.encode(errors="surrogateescape"))
-        mode = git_out(["ls-tree", conflict_tree, "--", path], repo).split(" ")[0] or "100644"
-        run_git(["update-index", "--add", "--cacheinfo", f"{mode},{blob},{path}"], repo, env=env)
+        stage_file(repo, env, path, text.encode(errors="surrogateescape"), conflict_tree)
         notes.append(f"{path}: {count} conflict(s) where both sides inserted, both kept")
     if not notes:
         return Proposal(detail="no conflict markers in the merge")
@@ -420,9 +422,7 @@ def sibling_lines(repo: Path, tree: str, onto: str, findings: list[str], sibling
             notes.append(f"{path}:{number}: {body!r} -> {best[1].strip()!r} (as {best[2]} writes it)")
             changed = True
         if changed:
-            blob = git_out(["hash-object", "-w", "--stdin"], repo, input="".join(lines).encode())
-            mode = git_out(["ls-tree", tree, "--", path], repo).split(" ")[0] or "100644"
-            run_git(["update-index", "--add", "--cacheinfo", f"{mode},{blob},{path}"], repo, env=env)
+            stage_file(repo, env, path, "".join(lines).encode(), tree)
     if not notes:
         return Proposal(detail="no other rendition writes those lines without the missing names")
     replaced = git_out(["write-tree"], repo, env=env)

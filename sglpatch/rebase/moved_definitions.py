@@ -25,7 +25,7 @@ import unidiff
 from sglpatch.gitcmd import git_out, run_git
 from sglpatch.processes import declared_env, run_tool
 from sglpatch.index_apply import check_exact
-from sglpatch.rebase.merge_tools import WIGGLE_TIMEOUT_S, Proposal, file_at
+from sglpatch.rebase.merge_tools import WIGGLE_TIMEOUT_S, Proposal, file_at, stage_file
 
 STEP = "moved-definitions"
 
@@ -213,15 +213,12 @@ def retarget(repo: Path, base: str, diff: str, onto: str, scratch: Path, *, use_
         merged, why = _wiggle_file(work, number, _text(repo, onto, path), text) if use_wiggle else (None, "wiggle is not installed")
         if merged is None:
             return Proposal(detail="; ".join(notes) + f"; {path}: the re-targeted hunks do not apply ({why})")
-        blob = git_out(["hash-object", "-w", "--stdin"], repo, input=merged)
-        mode = git_out(["ls-tree", onto, "--", path], repo).split(" ")[0] or "100644"
-        run_git(["update-index", "--add", "--cacheinfo", f"{mode},{blob},{path}"], repo, env=env)
+        stage_file(repo, env, path, merged, onto)
         notes.append(f"{path}: merged by wiggle")
     for path, text in added.items():
         if run_git(["cat-file", "-e", f"{onto}:{path}"], repo, check=False).returncode == 0:
             return Proposal(detail=f"{path}: the patch creates it, and the release has one")
-        blob = git_out(["hash-object", "-w", "--stdin"], repo, input=text.encode(errors="surrogateescape"))
-        run_git(["update-index", "--add", "--cacheinfo", f"100644,{blob},{path}"], repo, env=env)
+        stage_file(repo, env, path, text.encode(errors="surrogateescape"), None)
     tree = git_out(["write-tree"], repo, env=env)
     changed = [p for p in git_out(["diff", "--name-only", "--no-renames", onto, tree], repo).splitlines() if p]
     return Proposal(tree, changed, "; ".join(notes))
