@@ -28,7 +28,7 @@ from sglpatch import gitcmd
 from sglpatch.gitcmd import git_out, run_git
 from sglpatch.index_apply import (apply_to_index, check_exact, commit_patch, conflict_detail, display_name, made_on,
                                   reverse_applies, three_way_to_index)
-from sglpatch.lock import check_entry, compare_entry
+from sglpatch.lock import check_entry, compare_entry, unchecked_verdicts
 from sglpatch.outcomes import FAILURES, Outcome
 from sglpatch.pins import Pin
 from sglpatch.series import PatchFile, Series
@@ -77,6 +77,9 @@ class PinResult:
     lock: str = ""
     error: str = ""
     patches: list[PatchOutcome] = field(default_factory=list)
+    # Classified by text alone: the lock's verdicts that only a witness gives, left unchecked
+    # (the trees and commits being the lock's), one per patch whose status differs.
+    unchecked: list[str] = field(default_factory=list)
 
     def lock_entry(self, artifact_sha256: str) -> dict:
         return {
@@ -132,6 +135,18 @@ def apply_pin(
                 )
                 return result
             key = pin.version if pristine.source == "index" else f"{pin.version}@{pristine.source}"
+            unchecked = None if run_witnesses else unchecked_verdicts(lock_path, key, result.lock_entry(pin.sha256))
+            if unchecked is not None:
+                # What text alone decided is the lock's; the witnesses' verdicts (and their records)
+                # stand as locked, even with --update-lock: text alone has nothing to add.
+                result.lock, result.unchecked = "matches", unchecked
+                if record:
+                    at = on_branch_at(tree_path, result.commit)
+                    if not discard_local and not at:
+                        refuse_to_lose_work(tree_path, result.commit)
+                    move_branch(tree_path, result.commit, at)
+                result.ok = True
+                return result
             if not record:
                 check = compare_entry(lock_path, key, result.lock_entry(pin.sha256))
                 result.lock = check.state

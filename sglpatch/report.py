@@ -12,6 +12,8 @@ def render_apply(report: ApplyReport, report_path: str = "") -> str:
     for result in report.results:
         state = "ok" if result.ok else "FAILED"
         lines.append(f"sglang {result.version}: {state}  lock: {result.lock or '-'}  witnessed at: {witness_levels(result)}")
+        if result.unchecked:
+            lines.append(f"  the trees and commits are the lock's; not checked without witnesses: {'; '.join(result.unchecked)}")
         if result.patches:
             width = max(len(outcome.name) for outcome in result.patches)
             for outcome in result.patches:
