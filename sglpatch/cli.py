@@ -65,7 +65,7 @@ def parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     top.add_argument("--version", action="version", version=f"sglpatch {__version__}")
-    top.add_argument("--root", type=Path, default=None, help="the project folder (default: found from here)")
+    top.add_argument("--root", type=Path, default=None, help="the project folder (default: the one around the current folder, else the clone sglpatch was installed from)")
     top.add_argument("-q", "--quiet", action="store_true", help="no progress display; only results and errors")
     sub = top.add_subparsers(required=True, metavar="COMMAND")
     for module in VERBS:

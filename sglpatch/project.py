@@ -2,7 +2,8 @@
 
 A project is the folder holding ``upstream/pins.toml``, ``patches/`` and ``series.lock``; applied
 trees land in ``build/trees/<version>`` and the report in ``build/apply-report.json`` unless told
-otherwise.
+otherwise. The project is ``--root``, else the one around the current folder, else the clone
+sglpatch was installed from (``installed_clone``), so the commands work from anywhere.
 """
 
 from __future__ import annotations
@@ -30,11 +31,18 @@ class Project:
 
     @classmethod
     def find(cls, start: Path | None = None) -> "Project":
+        """``start`` (``--root``) or the project around the current folder; from elsewhere, the
+        clone sglpatch was installed from."""
         here = (start or Path.cwd()).resolve()
         for candidate in (here, *here.parents):
-            if (candidate / "upstream" / "pins.toml").is_file() and (candidate / "patches").is_dir():
+            if is_project(candidate):
                 return cls(candidate)
-        raise SglpatchError(f"{here}: not inside an sglpatch project (no upstream/pins.toml and patches/)")
+        installed = installed_clone() if start is None else None
+        if installed is not None:
+            return cls(installed)
+        where = "" if start is not None else ", and sglpatch was not installed from a clone of one"
+        raise SglpatchError(f"{here}: not inside an sglpatch project (no upstream/pins.toml and patches/){where}; "
+                            "run it in your clone of sglpatch or name it with --root")
 
     @property
     def pins_file(self) -> Path:
@@ -57,6 +65,37 @@ class Project:
 
     def series(self) -> Series:
         return load_series(self.patches_dir)
+
+
+def is_project(folder: Path) -> bool:
+    return (folder / "upstream" / "pins.toml").is_file() and (folder / "patches").is_dir()
+
+
+def installed_clone(distribution=None, package_dir: Path | None = None) -> Path | None:
+    """The sglpatch clone this sglpatch was installed from: the folder pip recorded as the
+    source of the install (PEP 610's ``direct_url.json``, for ``pip install -e CLONE`` and
+    ``pip install CLONE`` alike), else the folder above the imported package (an editable
+    install, or the clone on ``PYTHONPATH``); None where neither holds a project."""
+    if distribution is None:
+        from importlib import metadata
+
+        try:
+            distribution = metadata.distribution("sglpatch")
+        except metadata.PackageNotFoundError:
+            distribution = None
+    candidates = []
+    recorded = distribution.read_text("direct_url.json") if distribution is not None else None
+    if recorded:
+        try:
+            url = json.loads(recorded).get("url", "")
+        except (ValueError, AttributeError):
+            url = ""
+        if url.startswith("file://"):
+            from urllib.parse import unquote, urlparse
+
+            candidates.append(Path(unquote(urlparse(url).path)))
+    candidates.append((package_dir or Path(__file__).resolve().parent).parent)
+    return next((folder.resolve() for folder in candidates if is_project(folder)), None)
 
 
 @dataclass
