@@ -79,6 +79,7 @@ class IntoResult:
     files: list[str] = field(default_factory=list)
     proof: str = ""  # "as locked (...)" or "witnessed here (...)": in full
     summary: str = ""  # the proof in one short line, for a person
+    details: list[str] = field(default_factory=list)  # the proof of each patch, one line each
     branch: str = ""  # the branch the commits are on; "" on a detached HEAD or a plain folder
     head_before: str = ""  # HEAD before the commits (what undoes them)
     subjects: list[str] = field(default_factory=list)  # of the commits, in order
@@ -100,6 +101,7 @@ class LockedSeries:
     renditions: list[tuple[str, PatchFile]]  # (series name, rendition) the lock applies, in order
     commits: list[str]
     proof: str  # what the lock records of the witnesses that proved the entry
+    details: list[str] = field(default_factory=list)  # the same, one line per patch
 
 
 def checkout_version(checkout: Path) -> tuple[str | None, str]:
@@ -137,9 +139,11 @@ def apply_into(project, checkout: Path, pin_name: str | None = None, *, witness:
         with tempfile.TemporaryDirectory(prefix="sglpatch-into-") as scratch:
             return _witnessed_into(project, checkout, pin, Path(scratch), allow_unavailable)
     with locked_series(project, pin) as locked:
-        return _into(checkout, locked.repo, pin.version, locked.pristine, locked.renditions, locked.commits,
+        done = _into(checkout, locked.repo, pin.version, locked.pristine, locked.renditions, locked.commits,
                      locked.commit, f"as locked ({locked.proof})",
-                     f"the result is series.lock's tree {locked.tree[:12]}; no witness ran here")
+                     f"as locked: series.lock's tree {locked.tree[:12]}, remade here; no witness ran")
+    done.details = locked.details
+    return done
 
 
 def _pin_of(project, checkout: Path, pin_name: str | None):
@@ -253,13 +257,25 @@ def locked_series(project, pin) -> Iterator[LockedSeries]:
                 f"{str(entry.get('tree'))[:12]} (commit {str(entry.get('commit'))[:12]}); refused: {_REPROVE}"
             )
         yield LockedSeries(version, repo, pristine.commit, parent, tree, renditions, commits,
-                           f"series.lock tree {tree[:12]}; {locked_proof(entry)}")
+                           f"series.lock tree {tree[:12]}; {locked_proof(entry)}", _proof_parts(entry)[0])
 
 
 def locked_proof(entry: dict) -> str:
     """What the lock entry records of the witnesses that settled each patch: its outcome, and,
     where the entry records it (a patch's ``witness`` record), the witness's answers on the
     pristine and the patched tree with the level each ran at (``answer [level]``, or ``level``)."""
+    parts, answered, levelled = _proof_parts(entry)
+    recorded = "; ".join(parts) or "no patches"
+    if levelled:
+        return f"proven in the lock by: {recorded}"
+    if answered:
+        return f"the lock records the witnesses' answers but no level: {recorded}"
+    return f"the lock records no witness level, only each patch's outcome: {recorded}"
+
+
+def _proof_parts(entry: dict) -> tuple[list[str], bool, bool]:
+    """(each patch's outcome and witness answers as the lock records them, whether any answer is
+    recorded, whether any level is)."""
     parts, answered, levelled = [], False, False
     for outcome in entry.get("patches", []):
         number = str(outcome.get("name", "?")).split("-", 1)[0]
@@ -276,12 +292,7 @@ def locked_proof(entry: dict) -> str:
                     levelled = levelled or key == "level" or bool(_LEVEL.search(value))
             answered = answered or bool(said)
         parts.append(f"{number} {outcome.get('status', '?')}" + (f" (witness {', '.join(said)})" if said else ""))
-    recorded = "; ".join(parts) or "no patches"
-    if levelled:
-        return f"proven in the lock by: {recorded}"
-    if answered:
-        return f"the lock records the witnesses' answers but no level: {recorded}"
-    return f"the lock records no witness level, only each patch's outcome: {recorded}"
+    return parts, answered, levelled
 
 
 # -- witnessed here -----------------------------------------------------------------------------
@@ -302,20 +313,24 @@ def _witnessed_into(project, checkout: Path, pin, scratch: Path, allow_unavailab
     commits = git_out(["rev-list", "--reverse", f"{result.pristine}..{result.commit}"], tree).split()
     if len(commits) != len(renditions):
         raise SglpatchError(f"{tree}: {len(commits)} commits for {len(renditions)} applied patches; run again")
-    said = "; ".join(
+    details = [
         f"{o.name.split('-', 1)[0]} {o.status}"
         + (f", witness {' -> '.join(filter(None, (o.witness_before, o.witness_after)))}"
            if o.witness_before or o.witness_after else "")
         + (" UNPROVEN" if o.unproven else "")
         for o in result.patches
-    )
+    ]
+    said = "; ".join(details)
     lock = {"not in the lock": "series.lock has no entry for it", "matches": "the same as series.lock"}.get(
         result.lock, "differs from series.lock, which is left as it was")
     unproven = sum(1 for o in result.patches if o.unproven)
     short = f"each patch's witness ran here ({', '.join(f'{o.name[:4]} {o.status}' for o in result.patches)})"
-    return _into(checkout, tree, pin.version, result.pristine, renditions, commits, result.commit,
+    done = _into(checkout, tree, pin.version, result.pristine, renditions, commits, result.commit,
                  f"witnessed here ({said}; {lock})",
                  short + (f"; {unproven} UNPROVEN (-v says why)" if unproven else ""))
+    done.details = details + [f"{o.name.split('-', 1)[0]} UNPROVEN: {o.unproven}" for o in result.patches if o.unproven]
+    done.details.append(f"series.lock: {lock}")
+    return done
 
 
 # -- into the checkout --------------------------------------------------------------------------

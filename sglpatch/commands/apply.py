@@ -97,6 +97,7 @@ def _into(project, args) -> int:
         say(args, line)
     emit_json(args, {"checkout": str(done.checkout), "version": done.version, "how": done.how,
                      "branch": done.branch, "head_before": done.head_before, "proof": done.proof,
+                     "proof_by_patch": done.details,
                      "commits": done.commits, "subjects": done.subjects, "files": done.files})
     return exitcodes.OK
 
@@ -105,8 +106,7 @@ def into_lines(done, *, verbose: bool = False) -> list[str]:
     """What ``apply --into`` tells a person: what changed, one line of what proved it, what next."""
     where, series = done.checkout, f"the series for sglang {done.version}"
     if done.how == "already applied":
-        return [f"already applied: {series} {done.mode} is in {where} (every file it changes is its result); "
-                "nothing was changed"]
+        return [f"already applied: {series} {done.mode} is in {where}; nothing was changed"]
     if done.how == "git commits":
         count = f"{len(done.commits)} commit{'s' if len(done.commits) != 1 else ''}"
         on = f"on branch {done.branch}" if done.branch else "on a detached HEAD"
@@ -116,9 +116,9 @@ def into_lines(done, *, verbose: bool = False) -> list[str]:
         count = f"{len(done.files)} file{'s' if len(done.files) != 1 else ''}"
         lines = [f"{where}: {count} rewritten in place (not a git checkout), {series}:"]
         lines += [f"  {path}" for path in done.files]
-    lines.append(f"proof: {done.summary}" + ("" if verbose else " (-v: in full)"))
+    lines.append(f"proof: {done.summary}" + ("" if verbose else " (-v: more)"))
     if verbose:
-        lines.append(f"  in full: {done.proof}")
+        lines += [f"  {line}" for line in done.details]
     if done.how == "git commits":
         if not done.branch:
             lines.append("detached HEAD: the commits are on no branch; `git switch -c NAME` keeps them")
