@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from sglpatch import exitcodes, workers
+from sglpatch import exitcodes
 from sglpatch.cli_options import add, emit_json, jobs_flag, json_flag, say, witness_mode
 from sglpatch.errors import SglpatchError
 from sglpatch.project import apply_series
@@ -20,7 +20,6 @@ def register(sub) -> None:
     parser.add_argument("--report", type=Path, help="write the JSON report here (default: build/apply-report.json)")
     json_flag(parser)
     jobs_flag(parser, "apply pins")
-    parser.set_defaults(jobs=None)  # given or not: --into refuses it; the default is workers.default_jobs()
     parser.add_argument(
         "--no-witnesses",
         action="store_true",
@@ -72,7 +71,7 @@ def run(project, args) -> int:
         run_witnesses=not args.no_witnesses,
         allow_unavailable=args.allow_unavailable,
         discard_local=args.discard_local,
-        jobs=args.jobs or workers.default_jobs(),
+        jobs=args.jobs,
     )
     where = args.report or (args.out or project.build_dir) / "apply-report.json"
     say(args, render_apply(report, str(where)))
@@ -85,7 +84,8 @@ def _into(project, args) -> int:
 
     if len(args.pins) > 1:
         raise SglpatchError("--into takes at most one pin (default: the checkout's own sglang version)")
-    given = [flag for name, flag in NOT_WITH_INTO if getattr(args, name) not in (None, False)]
+    given = [flag for name, flag in NOT_WITH_INTO
+             if getattr(args, name) not in (None, False) and (name != "jobs" or "jobs" in getattr(args, "given", ()))]
     if given:
         raise SglpatchError(f"{given[0]} means nothing with --into (it changes your checkout only; "
                             f"build/, the report and series.lock are left alone): drop {' '.join(given)}")
