@@ -580,6 +580,12 @@ def test_flags_that_mean_nothing_with_into_are_refused(guarded, tmp_path, flag):
     assert _everything_in(checkout) == before
 
 
+def test_verbose_without_into_is_refused_rather_than_ignored(guarded, tmp_path):
+    done = subprocess.run([sys.executable, "-m", "sglpatch", "-q", "--root", str(guarded.root), "apply", "-v"],
+                          capture_output=True, text=True)
+    _one_line_refusal(done, "-v goes with --into")
+
+
 def test_without_a_git_identity_the_user_is_asked_for_one_as_git_does(guarded, tmp_path):
     import os
 

@@ -61,6 +61,8 @@ def run(project, args) -> int:
         return _into(project, args)
     if args.witness:
         raise SglpatchError("--witness goes with --into (apply runs the witnesses of every pin by default)")
+    if args.verbose:
+        raise SglpatchError("-v goes with --into (apply prints every patch of every pin already)")
     report = apply_series(
         project,
         args.pins,
