@@ -399,9 +399,9 @@ def _require_committer(checkout: Path) -> None:
         asks = [line for line in said if line.startswith("git config")]
         why = next((line for line in said if line.startswith("fatal:")), said[-1] if said else "no identity")
         raise SglpatchError(
-            f"{checkout}: git cannot tell who commits here ({said[0] if said else 'identity unknown'}; {why}); "
-            f"*** Please tell me who you are. Run {' and '.join(asks) or 'git config user.email / user.name'} "
-            "(without --global: this repository only); nothing was changed"
+            f"{checkout}: git says: {said[0] if said else 'Committer identity unknown'} ({why}). Please tell me who "
+            f"you are: run {' and '.join(asks) or 'git config user.email / user.name'} (without --global: for this "
+            "repository only); nothing was changed"
         )
 
 
