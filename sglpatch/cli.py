@@ -53,7 +53,12 @@ def main(argv: list[str] | None = None) -> int:
     if verb is not None and verb not in VERBS:
         print(f"sglpatch: error: {unknown_verb(verb)}", file=sys.stderr)
         return exitcodes.USAGE
-    args = parser(verb).parse_args(argv)
+    top = parser(verb)
+    wrong = verb and unknown_action(top, verb, argv[argv.index(verb) + 1:])
+    if wrong:
+        print(f"sglpatch {verb}: error: {wrong}", file=sys.stderr)
+        return exitcodes.USAGE
+    args = top.parse_args(argv)
     if getattr(args, "run", None) is None:
         print(verb_list(), file=sys.stderr)
         return exitcodes.USAGE
@@ -101,14 +106,14 @@ def _top_options(top: argparse.ArgumentParser) -> None:
 def verb_in(argv: list[str]) -> str | None:
     """The verb ``argv`` names: its first word that is neither one of sglpatch's own options nor
     their value (None when there is none)."""
-    pre = argparse.ArgumentParser(add_help=False)
+    pre = argparse.ArgumentParser(add_help=False, exit_on_error=False)
     pre.add_argument("--root")
     pre.add_argument("-q", "--quiet", action="store_true")
     pre.add_argument("verb", nargs="?")
     pre.add_argument("rest", nargs=argparse.REMAINDER)
     try:
         known, _ = pre.parse_known_args(argv)
-    except SystemExit:  # a malformed --root: the real parser says so
+    except argparse.ArgumentError:  # a malformed --root: the real parser says so
         return None
     return known.verb
 
@@ -119,6 +124,23 @@ def unknown_verb(word: str) -> str:
     if near:
         return f"'{word}' is not a command; did you mean '{near[0]}'?"
     return f"'{word}' is not a command.\n\n{verb_list()}"
+
+
+def unknown_action(top: argparse.ArgumentParser, verb: str, rest: list[str]) -> str | None:
+    """For a verb with actions (``matrix run``, ``patch refresh``): a word after it that is no
+    action, with the nearest action where one is near."""
+    actions = _choices(_choices(top)[verb])
+    word = next((item for item in rest if not item.startswith("-")), None)
+    if not actions or word is None or word in actions:
+        return None
+    near = difflib.get_close_matches(word, actions, n=1, cutoff=0.6)
+    hint = f"did you mean '{near[0]}'?" if near else f"its actions: {', '.join(actions)}"
+    return f"'{word}' is not an action of {verb}; {hint}"
+
+
+def _choices(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+    subparsers = [action for action in parser._actions if isinstance(action, argparse._SubParsersAction)]
+    return subparsers[0].choices if subparsers else {}
 
 
 def verb_list() -> str:

@@ -129,6 +129,21 @@ def test_a_mistyped_verb_is_told_the_nearest_one(typed, meant):
     assert run.stderr.strip() == f"sglpatch: error: '{typed}' is not a command; did you mean '{meant}'?"
 
 
+@pytest.mark.parametrize("argv, said", [(["matrix", "rn", "build", "0.5.14"], "'rn' is not an action of matrix; did you mean 'run'?"),
+                                        (["patch", "refesh", "0.5.23"], "'refesh' is not an action of patch; did you mean 'refresh'?"),
+                                        (["series", "frob"], "'frob' is not an action of series; its actions: bump, diff")])
+def test_a_mistyped_action_is_told_the_nearest_one(argv, said):
+    run = _python_m_sglpatch(*argv)
+    assert run.returncode == exitcodes.USAGE
+    assert run.stderr.strip() == f"sglpatch {argv[0]}: error: {said}"
+
+
+def test_a_malformed_option_of_sglpatchs_own_is_said_once():
+    run = _python_m_sglpatch("--root")
+    assert run.returncode == exitcodes.USAGE
+    assert run.stderr.count("error:") == 1 and "--root: expected one argument" in run.stderr
+
+
 def test_a_word_near_no_verb_gets_the_list_of_verbs():
     run = _python_m_sglpatch("frobnicate")
     assert run.returncode == exitcodes.USAGE and "'frobnicate' is not a command." in run.stderr
