@@ -30,7 +30,7 @@ from sglpatch.errors import SglpatchError
 from sglpatch.gitcmd import git_out, run_git
 from sglpatch.lock import read_lock
 from sglpatch.outcomes import APPLIED_STATES
-from sglpatch.project import apply_series
+from sglpatch.apply_pins import apply_series
 from sglpatch.series import RENDITIONS_DIR, SERIES_FILE, PatchFile, series_entries
 from sglpatch.sources import PRISTINE_REF
 from sglpatch.tree_repo import BRANCH

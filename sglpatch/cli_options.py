@@ -8,7 +8,7 @@ import json
 import sys
 from pathlib import Path
 
-from sglpatch import progress, workers
+from sglpatch import progress
 
 
 def add(sub, name: str, run, help: str, *, needs_project: bool = True) -> argparse.ArgumentParser:
@@ -40,6 +40,8 @@ class _Given(argparse.Action):
 
 
 def jobs_flag(parser: argparse.ArgumentParser, what: str) -> None:
+    from sglpatch import workers  # multiprocessing: only the verbs that take -j pay for it
+
     parser.add_argument(
         "-j", "--jobs", type=_positive, default=workers.default_jobs(), metavar="N", action=_Given,
         help=f"{what} in N worker processes at once (default: the machine's cores, at most {workers.MAX_DEFAULT_JOBS})",

@@ -46,7 +46,7 @@ from sglpatch.index_apply import commit_patch, display_name, made_on, three_way_
 from sglpatch.lock import read_lock
 from sglpatch.outcomes import APPLIED_STATES, FAILURES, Outcome
 from sglpatch.processes import run_tool, user_git_env
-from sglpatch.project import apply_series
+from sglpatch.apply_pins import apply_series
 from sglpatch.series import PatchFile
 
 USER_GIT_TIMEOUT_S = 300

@@ -9,8 +9,8 @@ from pathlib import Path
 
 from sglpatch.cache import entry_lock, write_atomically
 from sglpatch.errors import SglpatchError
+from sglpatch.project import LOCK_FILE  # the layout names the file; kept here for its readers
 
-LOCK_FILE = "series.lock"
 LOCK_FORMAT = 1
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from sglpatch.project import ApplyReport
+from sglpatch.apply_pins import ApplyReport
 
 
 def render_apply(report: ApplyReport, report_path: str = "") -> str:

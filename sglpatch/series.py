@@ -133,10 +133,24 @@ class Series:
         return digest.hexdigest()
 
     def get(self, name: str) -> SeriesPatch:
+        """The patch ``name`` names: its file name, its stem or its number (``0002`` or ``2``);
+        every verb that takes a patch finds it here."""
         for patch in self.patches:
             if name in (patch.name, patch.stem):
                 return patch
-        raise SglpatchError(f"{self.directory / SERIES_FILE}: no patch named {name!r}")
+        numbered = [patch for patch in self.patches if name.isdigit() and _number(patch.name) == int(name)]
+        if len(numbered) == 1:
+            return numbered[0]
+        names = ", ".join(patch.name for patch in (numbered or self.patches))
+        if numbered:
+            raise SglpatchError(f"{self.directory / SERIES_FILE}: {name!r} names several patches: {names}")
+        raise SglpatchError(f"{self.directory / SERIES_FILE}: no patch named {name!r}; the series has {names or 'none'}")
+
+
+def _number(name: str) -> int | None:
+    """A patch's number, as git format-patch writes it at the start of its name (``0002-...``)."""
+    digits = re.match(r"(\d+)-", name)
+    return int(digits.group(1)) if digits else None
 
 
 def series_entries(directory: Path) -> list[tuple[int, str]]:

@@ -24,9 +24,10 @@ from pathlib import Path
 import pytest
 
 from sglpatch import cache, sources
+from sglpatch.apply_pins import apply_series
 from sglpatch.checkouts import checkout_commit
 from sglpatch.pins import load_pins
-from sglpatch.project import Project, apply_series
+from sglpatch.project import Project
 from sglpatch.series import load_series
 from sglpatch.witnesses import answer_cache, registry
 from sglpatch.witnesses.results import BUG, CLEAN, UNAVAILABLE, WitnessResult
@@ -186,7 +187,7 @@ def _shipped_trees(version: str):
     for part in ("upstream", "patches"):
         shutil.copytree(REPO_ROOT / part, root / part)
     shutil.copy(REPO_ROOT / "series.lock", root / "series.lock")
-    from sglpatch.project import apply_series
+    from sglpatch.apply_pins import apply_series
 
     result = apply_series(Project(root), [version], run_witnesses=False, record=False, out_dir=root / "build").results[0]
     assert result.commit, result.error

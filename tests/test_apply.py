@@ -11,7 +11,7 @@ import pytest
 from conftest import example_lines, format_patch, git, tree_files
 from sglpatch import apply as apply_module
 from sglpatch import tree_repo
-from sglpatch.project import apply_series
+from sglpatch.apply_pins import apply_series
 
 # The text machinery (classification, atomicity, the lock, hashes) is proven without witnesses:
 # classified by text alone, as `sglpatch apply --no-witnesses` does.

@@ -10,7 +10,7 @@ import pytest
 
 from conftest import TextWitness, format_patch, git, pristine_subtree, tree_files
 from sglpatch import authoring, export
-from sglpatch.project import apply_series
+from sglpatch.apply_pins import apply_series
 
 EXAMPLE = "python/sglang/srt/layers/example.py"
 USER = ["-c", "user.name=Patch Writer", "-c", "user.email=writer@example.com"]

@@ -14,7 +14,7 @@ from sglpatch import sources
 from sglpatch.witnesses import answer_cache
 from sglpatch.errors import SglpatchError
 from sglpatch.into import apply_into, checkout_version, locked_proof
-from sglpatch.project import apply_series
+from sglpatch.apply_pins import apply_series
 
 KERNEL = "python/sglang/jit_kernel/csrc/kernel.cuh"
 EXAMPLE = "python/sglang/srt/layers/example.py"

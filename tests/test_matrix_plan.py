@@ -350,12 +350,13 @@ def test_the_runner_labels_are_configurable():
     assert json.loads(runner.removeprefix("runner=")) == ["self-hosted", "linux-mi30x-gpu-2"]
 
 
-def test_the_readme_states_exactly_what_sglpatch_matrix_plan_prints(tmp_path):
-    """The README's plan figures are the plan's own: its generated block equals the first line
-    `sglpatch matrix plan` prints for each event (no records: every figure a default), and every
-    node-hour figure anywhere in the README is one the plan prints."""
-    readme = (REPO_ROOT / "README.md").read_text()
-    block = readme.split("<!-- sglpatch matrix plan: generated figures, kept equal by tests/test_matrix_plan.py -->\n")[1]
+def test_the_manual_states_exactly_what_sglpatch_matrix_plan_prints(tmp_path):
+    """The manual's plan figures are the plan's own: the generated block of its CI page equals the
+    first line `sglpatch matrix plan` prints for each event (no records: every figure a default),
+    and every node-hour figure anywhere in the README or the manual is one the plan prints."""
+    page = (REPO_ROOT / "docs" / "ci.md").read_text()
+    text = "\n".join(path.read_text() for path in [REPO_ROOT / "README.md", *sorted((REPO_ROOT / "docs").rglob("*.md"))])
+    block = page.split("<!-- sglpatch matrix plan: generated figures, kept equal by tests/test_matrix_plan.py -->\n")[1]
     block = block.split("<!-- end of generated figures -->")[0]
     empty = tmp_path / "no-records"
     empty.mkdir()
@@ -369,4 +370,4 @@ def test_the_readme_states_exactly_what_sglpatch_matrix_plan_prints(tmp_path):
         expected += [f"$ sglpatch matrix plan --event {event}", out.splitlines()[0]]
     assert block == "```\n" + "\n".join(expected) + "\n```\n"
     figures = set(re.findall(r"(\d+\.\d\d) node-hours", "\n".join(printed)))
-    assert set(re.findall(r"(\d+\.\d\d) node-hours", readme)) <= figures
+    assert set(re.findall(r"(\d+\.\d\d) node-hours", text)) <= figures

@@ -177,3 +177,33 @@ def test_export_refuses_when_the_witness_cannot_run(fake_project, tmp_path):
     with pytest.raises(SglpatchError, match="could not run at main .* nothing was exported"):
         upstream_pr.export(fake_project.project, "0001-guard", base="main", base_repo=repo, out=tmp_path / "out")
     assert "sglpatch-upstream" not in git(repo, "branch")
+
+
+@pytest.mark.parametrize("asked", ["0001", "1", "0001-guard", "0001-guard.patch"])
+def test_upstream_takes_a_patch_by_its_number_or_its_name(guard_project, tmp_path, asked, capsys):
+    from sglpatch import cli
+
+    repo = _base_repo(tmp_path)
+    argv = ["--root", str(guard_project.root), "upstream", asked, "--base", "main", "--base-repo", str(repo),
+            "--out", str(tmp_path / "out")]
+    assert cli.main(argv) == 0, capsys.readouterr()
+    assert git(repo, "rev-parse", "--verify", "sglpatch-upstream/0001-guard").strip()
+
+
+def test_upstream_without_a_patch_lists_the_series_patch_names(guard_project, capsys):
+    from sglpatch import cli
+
+    assert cli.main(["--root", str(guard_project.root), "upstream"]) == 2
+    assert "  0001-guard.patch" in capsys.readouterr().out
+
+
+def test_a_patch_number_that_names_none_or_several_is_refused_naming_the_series(fake_project, tmp_path):
+    files = tree_files("0.1.0")
+    one = format_patch(tmp_path, files, {KERNEL: files[KERNEL] + "// one\n"}, "kernel: one")
+    fake_project.set_patches([("0001-one.patch", one), ("01-again.patch", one), ("0002-two.patch", one)])
+    series = fake_project.project.series()
+    assert series.get("2").name == series.get("0002").name == "0002-two.patch"
+    with pytest.raises(SglpatchError, match="'1' names several patches: 0001-one.patch, 01-again.patch"):
+        series.get("1")
+    with pytest.raises(SglpatchError, match="no patch named '7'; the series has 0001-one.patch, 01-again.patch, 0002-two.patch"):
+        series.get("7")

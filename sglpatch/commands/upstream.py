@@ -10,7 +10,8 @@ from sglpatch.cli_options import add, say
 
 def register(sub) -> None:
     parser = add(sub, "upstream", run, "prepare one patch as an upstream pull request")
-    parser.add_argument("patch", help="the patch (file name or its stem)")
+    parser.add_argument("patch", nargs="?", help="the patch: its file name, its stem or its number (0002); "
+                        "without it, the series' patches are listed")
     parser.add_argument("--base", help="a pin (default: the newest) or, with --base-repo, a git ref")
     parser.add_argument("--base-repo", type=Path, help="your sglang clone to branch in (default: the pin's tree)")
     parser.add_argument("--out", type=Path, help="where the mbox and PR.md go (default: build/upstream/)")
@@ -21,6 +22,11 @@ def register(sub) -> None:
 
 
 def run(project, args) -> int:
+    if args.patch is None:
+        say(args, "sglpatch upstream PATCH: which patch? The series has:")
+        for patch in project.series().patches:
+            say(args, f"  {patch.name}")
+        return exitcodes.USAGE
     changes = ""
     if args.range_diff:
         old, _, new = args.range_diff.partition(":")
