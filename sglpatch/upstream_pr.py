@@ -207,7 +207,11 @@ def port_onto_ref(project, patch: SeriesPatch, repo: Path, base_commit: str, pin
     if outcome.verdict == Outcome.ALREADY_UPSTREAM:
         raise SglpatchError(f"{patch.name}: already upstream at {label} ({outcome.detail}); nothing to send")
     if outcome.verdict == Outcome.FIXED_UPSTREAM:
-        raise SglpatchError(f"{patch.name}: not needed at {label}: {outcome.detail}")
+        raise SglpatchError(f"{patch.name}: not needed at {label}: witness {outcome.witness} already passes there "
+                            f"({outcome.witness_before}); {outcome.detail}")
+    if outcome.verdict == Outcome.WITNESS_UNAVAILABLE:
+        raise SglpatchError(f"{patch.name}: the witness could not run at {label} ({outcome.detail}); "
+                            "a pull request must say how it was tested, so nothing was exported")
     if outcome.verdict == Outcome.NEEDS_HAND_PORT and outcome.conflict:
         prepared = prepare_hand_port(project, trial, f"upstream-{patch.stem}", [outcome])
         raise SglpatchError(f"{patch.name}: no port onto {label} is accepted ({outcome.detail}); "
