@@ -20,6 +20,7 @@ LABELS = ("Problem", "Cause", "Fix", "Testing", "Bench")
 OUTPUT_WIDTH = 100
 OUTPUT_LINES = 12
 NOT_ON_MI355X = "Not measured on MI355X."
+CODE = "\0code\0"
 # Our words for things upstream has other words for (checked on the whole body, case-insensitive).
 INTERNAL_WORDS = ("witness", "stand-in", "standin", "rendition", "series.lock", r"\bpins?\b", r"\block\b")
 # How a check's own output says them, in words a reviewer reads.
@@ -39,8 +40,14 @@ class TestRun:
 def paragraphs(text: str) -> dict[str, list[str]]:
     """The message's paragraphs by label ("" for unlabelled ones), labels stripped, lines joined."""
     found: dict[str, list[str]] = {}
-    for block in re.split(r"\n\s*\n", text.strip()):
-        block = " ".join(line.strip() for line in block.splitlines()).strip()
+    label = ""
+    for raw in re.split(r"\n\s*\n", text.strip()):
+        lines = raw.splitlines()
+        if lines and all(line.startswith("    ") for line in lines):
+            # An indented block is a command: it stays as written, with the paragraph before it.
+            found.setdefault(label, []).append(CODE + "\n".join(line[4:] for line in lines))
+            continue
+        block = " ".join(line.strip() for line in lines).strip()
         if not block:
             continue
         label = next((name for name in LABELS if block.startswith(f"{name}:")), "")
@@ -71,10 +78,11 @@ def render_body(text: str, *, files: list[str], tests: list[str], run: TestRun |
     if run is not None:
         out += _test_run(run)
     if matrix:
+        rows = [re.sub(r"\bclean\b", "passes", re.sub(r"\bbug\b", "fails", row)) for row in matrix]
         out += ["The same check on released sglang versions (without / with the change):", "",
-                "| sglang | without | with |", "|---|---|---|", *matrix, ""]
+                "| sglang | without | with |", "|---|---|---|", *rows, ""]
     if not any(NOT_ON_MI355X.rstrip(".") in p for p in parts.get("Testing", [])):
-        out += [f"{NOT_ON_MI355X} Every result above ran on CPU, with the ROCm device emulated where it says gfx950.", ""]
+        out += [_wrap(f"{NOT_ON_MI355X} Every result above ran on CPU, with the ROCm device emulated where it says gfx950."), ""]
     out += ["## Speed Tests and Profiling", ""]
     bench = parts.get("Bench", [])
     if bench:
@@ -82,7 +90,7 @@ def render_body(text: str, *, files: list[str], tests: list[str], run: TestRun |
         for paragraph in bench:
             out += [_wrap(paragraph), ""]
     else:
-        out += [f"{NOT_ON_MI355X} This change does not alter a kernel; no speed figures are claimed.", ""]
+        out += [_wrap(f"{NOT_ON_MI355X} This change does not alter a kernel; no speed figures are claimed."), ""]
     out += list(notes)
     out += ["## Checklist", "",
             f"- [{'x' if hooks_clean else ' '}] Format your code according to pre-commit (isort, black, codespell,"
@@ -132,4 +140,6 @@ def refuse_internal_words(body: str) -> None:
 
 
 def _wrap(paragraph: str) -> str:
+    if paragraph.startswith(CODE):
+        return "```bash\n" + paragraph[len(CODE):] + "\n```"
     return "\n".join(textwrap.wrap(paragraph, 100, break_long_words=False, break_on_hyphens=False))
