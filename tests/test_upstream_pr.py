@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import format_patch, git, tree_files
+from conftest import TEST_WITNESSES, TextWitness, example_lines, format_patch, git, tree_files
 from sglpatch import upstream_pr
 from sglpatch.errors import SglpatchError
+from sglpatch.witnesses import registry
 
 KERNEL = "python/sglang/jit_kernel/csrc/kernel.cuh"
 BODY = """Problem: the kernel does not build on ROCm.
@@ -286,3 +287,22 @@ def test_sglangs_pre_commit_hooks_refuse_a_misspelt_unformatted_line_and_pass_a_
     fake_project.set_patches([("0001-guard.patch", patch)])
     [result] = _export(fake_project.project, repo, tmp_path, hooks=True)
     assert result.hooks.startswith("clean") and "- [x] Format your code" in result.body.read_text()
+
+
+def test_a_clone_where_no_port_is_accepted_is_refused_with_the_hand_port_tree(fake_project, tmp_path, monkeypatch):
+    example = "python/sglang/srt/layers/example.py"
+    witness = TextWitness("example-patched", example, "patched")
+    monkeypatch.setattr(registry, "registry", lambda: {**TEST_WITNESSES, witness.name: witness})
+    patch = format_patch(tmp_path, tree_files("0.1.0"), {example: example_lines({20: "patched\n"})}, "example: patch line 20",
+                         trailers={"Witness": witness.name}, body=BODY)
+    fake_project.set_patches([("0001-guard.patch", patch)])
+    # Upstream rewrote the very line the patch changes: every merge conflicts there.
+    repo = _base_repo(tmp_path)
+    (repo / example).write_text(example_lines({20: "upstream rewrote line 20\n"}))
+    git(repo, "-c", "user.name=u", "-c", "user.email=u@e", "commit", "-q", "-am", "rewrite line 20")
+    before = git(repo, "for-each-ref")
+    with pytest.raises(SglpatchError, match=r"no port onto main .* finish it by hand in .*port/upstream-0001-guard"):
+        _export(fake_project.project, repo, tmp_path)
+    assert git(repo, "for-each-ref") == before and not (tmp_path / "out").exists()
+    port = fake_project.project.build_dir / "port" / "upstream-0001-guard"
+    assert "upstream rewrote line 20" in (port / example).read_text()
