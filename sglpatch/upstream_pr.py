@@ -1,9 +1,13 @@
-"""Preparing one patch as an upstream pull request: a branch on the base, the mbox, and the PR
-title and body rendered from the patch's commit message, metadata and witness.
+"""Preparing one patch as upstream pull requests: per pull request a commit on the base (the
+patch's regression tests added), its branch, the mbox, and the title and body in sglang's template
+(``upstream_body``); one pull request per ``PR-Split`` part (``upstream_split``); sglang's own
+pre-commit hooks on what each adds (``upstream_hooks``).
 
-The base is a pin (default: the newest) or a ref in a git repository the user names (their
-clone of sglang). The export refuses, with the reason, a patch that is already upstream there
-(it reverse-applies) or not needed there (its witness passes on the base).
+The base is a pin (default: the newest; its files have no upstream history, so the mbox is meant
+for ``git am`` on a clone) or a ref in the user's clone of sglang, onto which the patch is ported
+with ``rebase``'s cascade and judge. The export refuses, with the reason, a patch that is already
+upstream there (it reverse-applies) or not needed there (its witness passes on the base), and
+leaves no branch or file when it refuses.
 """
 
 from __future__ import annotations
@@ -21,7 +25,11 @@ from sglpatch.checkouts import checkout_commit
 from sglpatch.errors import SglpatchError
 from sglpatch.gitcmd import IDENTITY_EMAIL, IDENTITY_NAME, git_out, run_git
 from sglpatch.index_apply import apply_to_index, check_exact, made_on, preimage_paths, reverse_applies, three_way_to_index
+from sglpatch.outcomes import Outcome
 from sglpatch.processes import run_tool, user_git_env
+from sglpatch.rebase.hand_port import prepare_hand_port
+from sglpatch.rebase.patch import Writes, rebase_patch
+from sglpatch.rebase.trial import Trial
 from sglpatch.series import METADATA_TRAILERS, PatchFile, SeriesPatch
 from sglpatch.tree_repo import ensure_tree_repo
 from sglpatch.witnesses import answer_cache, registry
@@ -190,11 +198,6 @@ def port_onto_ref(project, patch: SeriesPatch, repo: Path, base_commit: str, pin
     rendition as it is, then the merge tools, each proposal judged: names, the witness, imports);
     refused with the reason where upstream already has it, and with the hand-port tree where no
     proposal is accepted."""
-    from sglpatch.outcomes import Outcome
-    from sglpatch.rebase.hand_port import prepare_hand_port
-    from sglpatch.rebase.patch import Writes, rebase_patch
-    from sglpatch.rebase.trial import Trial
-
     ref = SimpleNamespace(repo=repo, commit=base_commit)
     trial = Trial(scratch, pin, ref)
     outcome = rebase_patch(project, trial, patch, project.pins().pins, pin.version, Writes())
