@@ -40,7 +40,7 @@ RENDITIONS_DIR = "renditions"
 
 REQUIRED_TRAILERS = ("Upstream-Status", "Origin", "Witness", "Applies-To")
 # Every trailer that is our metadata rather than part of the change's description.
-METADATA_TRAILERS = (*REQUIRED_TRAILERS, "Bug", "Fixed-Upstream-In")
+METADATA_TRAILERS = (*REQUIRED_TRAILERS, "Bug", "Fixed-Upstream-In", "PR-Split")
 UPSTREAM_STATUS_RE = re.compile(
     r"^(Pending|(Submitted|Accepted|Backport|Inappropriate) \[[^\]]+\])$"
 )
