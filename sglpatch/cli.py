@@ -29,7 +29,7 @@ VERBS = {
     "patch": "write patches on a pin's tree: start, refresh (quilt and git habits)",
     "export": "a pin's applied series as a quilt folder or an mbox for git am",
     "image": "build the pin's patched image FROM its released ROCm image (docker)",
-    "upstream": "prepare one patch as an upstream pull request",
+    "upstream": "prepare one patch as upstream pull requests",
     "rebase": "rebase the series onto a new sglang release",
     "status": "the last apply's Upstream-Status suggestions; --write puts them in the patches",
     "watch": "rebase the series onto every release on the index newer than the newest pin",
