@@ -1,4 +1,6 @@
-"""The witnesses sglpatch knows, by the name a patch's ``Witness`` trailer gives them."""
+"""The witnesses sglpatch knows, by the name a patch's ``Witness`` trailer gives them, and which
+of them judge a rendition (``witnesses_for``): its own witness, and the patch's regression tests
+(``upstream-test``) where it is the rendition that goes upstream."""
 
 from __future__ import annotations
 
@@ -7,10 +9,14 @@ from sglpatch.witnesses.mtp_exclude import MtpQuarkExcludeWitness
 from sglpatch.witnesses.results import Witness
 from sglpatch.witnesses.rocm_flags import RocmFlagsWitness
 from sglpatch.witnesses.rocm_guard import RocmGuardWitness
+from sglpatch.witnesses.upstream_test import NAME as UPSTREAM_TEST
+from sglpatch.witnesses.upstream_test import UpstreamTestWitness
 
 
 def registry() -> dict[str, Witness]:
-    witnesses: list[Witness] = [RocmGuardWitness(), MtpQuarkExcludeWitness(), RocmFlagsWitness()]
+    """Every witness a ``Witness`` trailer can name. ``upstream-test`` here is bound to no patch:
+    ``witnesses_for`` gives the one bound to a patch's tests."""
+    witnesses: list[Witness] = [RocmGuardWitness(), MtpQuarkExcludeWitness(), RocmFlagsWitness(), UpstreamTestWitness()]
     return {witness.name: witness for witness in witnesses}
 
 
@@ -23,3 +29,18 @@ def witness_for(trailer: str | None, where: str) -> Witness | None:
     if name not in known:
         raise SglpatchError(f"{where}: unknown witness {name!r}; known: {', '.join(sorted(known))}")
     return known[name]
+
+
+def witnesses_for(patch, rendition) -> list[Witness]:
+    """The witnesses that judge ``rendition`` of ``patch`` (a ``series.SeriesPatch``), the one its
+    ``Witness`` trailer names first: that one, and the patch's regression tests where
+    ``rendition`` is its main file (the tests are written against the code that goes upstream).
+    A patch whose trailer names ``upstream-test`` has its tests as its witness, on every
+    rendition."""
+    named = witness_for(rendition.trailer("Witness"), str(rendition.path))
+    if named is not None and named.name == UPSTREAM_TEST:
+        if not patch.tests:
+            raise SglpatchError(f"{rendition.path}: Witness upstream-test, but patches/tests/{patch.stem}/ holds no test")
+        return [UpstreamTestWitness(patch.stem, patch.tests)]
+    tests = UpstreamTestWitness(patch.stem, patch.tests) if patch.tests and rendition.path == patch.main.path else None
+    return [w for w in (named, tests) if w is not None]
