@@ -111,8 +111,18 @@ def build_draft_quant_config(quant_config):
         patch.object(deepseek_nextn, "ParallelLMHead", MagicMock()),
         patch.object(deepseek_nextn, "LogitsProcessor", MagicMock()),
         patch.object(deepseek_nextn, "get_parallel", MagicMock()),
+        # Counting fused shared experts reads the published server args (no
+        # server here); releases before v0.5.23 count them in a method.
         patch.object(
-            deepseek_nextn, "get_num_fused_shared_experts", return_value=0
+            deepseek_nextn,
+            "get_num_fused_shared_experts",
+            return_value=0,
+            create=True,
+        ),
+        patch.object(
+            GlmMoeDsaForCausalLMNextN,
+            "determine_num_fused_shared_experts",
+            create=True,
         ),
     ):
         GlmMoeDsaForCausalLMNextN(hf_config, quant_config)
