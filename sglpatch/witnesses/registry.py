@@ -4,7 +4,10 @@ of them judge a rendition (``witnesses_for``): its own witness, and the patch's 
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from sglpatch.errors import SglpatchError
+from sglpatch.series import RENDITIONS_DIR, regression_tests
 from sglpatch.witnesses.mtp_exclude import MtpQuarkExcludeWitness
 from sglpatch.witnesses.results import Witness
 from sglpatch.witnesses.rocm_flags import RocmFlagsWitness
@@ -21,14 +24,27 @@ def registry() -> dict[str, Witness]:
 
 
 def witness_for(trailer: str | None, where: str) -> Witness | None:
-    """The witness a patch's ``Witness`` trailer names (its first word), or None without one."""
+    """The witness a patch's ``Witness`` trailer names (its first word), or None without one;
+    ``upstream-test`` bound to the tests beside the patch file ``where`` names."""
     if not trailer:
         return None
     name = trailer.split()[0]
     known = registry()
     if name not in known:
         raise SglpatchError(f"{where}: unknown witness {name!r}; known: {', '.join(sorted(known))}")
+    if name == UPSTREAM_TEST:
+        return _tests_beside(Path(where))
     return known[name]
+
+
+def _tests_beside(patch_file: Path) -> UpstreamTestWitness:
+    """``upstream-test`` bound to the tests of the patch whose file (main or rendition) this is:
+    ``patches/<stem>.patch`` or ``patches/renditions/<stem>/<version>.patch``."""
+    if patch_file.parent.parent.name == RENDITIONS_DIR:
+        patches_dir, stem = patch_file.parent.parent.parent, patch_file.parent.name
+    else:
+        patches_dir, stem = patch_file.parent, patch_file.name.removesuffix(".patch")
+    return UpstreamTestWitness(stem, regression_tests(patches_dir, stem))
 
 
 def witnesses_for(patch, rendition) -> list[Witness]:
