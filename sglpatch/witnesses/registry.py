@@ -54,7 +54,7 @@ def witnesses_for(patch, rendition) -> list[Witness]:
     A patch whose trailer names ``upstream-test`` has its tests as its witness, on every
     rendition."""
     named = witness_for(rendition.trailer("Witness"), str(rendition.path))
-    if named is not None and named.name == UPSTREAM_TEST:
+    if isinstance(named, UpstreamTestWitness):
         if not patch.tests:
             raise SglpatchError(f"{rendition.path}: Witness upstream-test, but patches/tests/{patch.stem}/ holds no test")
         return [UpstreamTestWitness(patch.stem, patch.tests)]

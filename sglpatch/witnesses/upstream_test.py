@@ -92,6 +92,8 @@ def judge(answer: dict, name: str = NAME) -> WitnessResult:
     for path, found in files.items():
         if found.get("unavailable") or found.get("refused"):
             cannot.append(f"{path}: {found.get('unavailable') or found.get('refused')}")
+        elif not found.get("tests_run"):
+            cannot.append(f"{path}: no test ran")
         for error in found.get("errors") or []:
             cannot.append(f"{error['test']}: {_last_line(error['detail'])}")
     if not files or ran == 0:
