@@ -28,6 +28,7 @@ probe and the probes' machinery, the launch profile's environment and the pin's 
 from __future__ import annotations
 
 import hashlib
+import re
 from pathlib import Path
 
 from sglpatch import cpu_envs, probe_runs
@@ -104,14 +105,17 @@ def judge(answer: dict, name: str = NAME) -> WitnessResult:
               for found in files.values() for f in found.get("failures") or []]
     counts = ", ".join(f"{Path(path).name} {found.get('tests_run')} run" for path, found in files.items())
     if failed:
-        return WitnessResult(name, BUG, level, f"{len(failed)} failed of {ran} ({counts}): " + "; ".join(failed)[:1500])
+        return WitnessResult(name, BUG, level, f"{len(failed)} failed assertion(s) in {ran} tests ({counts}): "
+                             + "; ".join(failed)[:1500])
     skipped = sum(len(found.get("skipped") or []) for found in files.values())
     return WitnessResult(name, CLEAN, level, f"{ran} passed ({counts})" + (f", {skipped} skipped" if skipped else ""))
 
 
 def _last_line(text: str) -> str:
+    """The exception's own line (``AssertionError: ...``), else the last line."""
     lines = [line.strip() for line in str(text).strip().splitlines() if line.strip()]
-    return lines[-1] if lines else ""
+    named = [line for line in lines if re.match(r"^[A-Za-z_.]*(Error|Exception)\b", line)]
+    return (named or lines or [""])[-1]
 
 
 def _short_id(test_id: str) -> str:
