@@ -243,7 +243,7 @@ def test_a_new_fix_with_only_a_test_is_witnessed_locked_and_exported(project_cop
     project = project_copy
     _new_patch(project, tmp_path)
     assert [str(p) for p in check_series(project.patches_dir, project.pins())] == []
-    report = apply_series(project, ["0.5.23"], out_dir=project.root / "build")
+    report = apply_series(project, ["0.5.23"], update_lock=True, out_dir=project.root / "build")
     [result] = report.results
     outcome = next(o for o in result.patches if o.name == f"{NEW_STEM}.patch")
     if "unavailable" in outcome.witness_before:
