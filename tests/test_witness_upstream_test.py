@@ -264,3 +264,25 @@ def test_a_new_fix_with_only_a_test_is_witnessed_locked_and_exported(project_cop
     mbox = (out / NEW_STEM / f"{NEW_STEM}.mbox").read_text()
     assert "register_musa_ci" in mbox and "Witness:" not in mbox
     assert (out / NEW_STEM / "PR.md").is_file()
+
+
+def test_the_tests_go_into_the_pull_requests_tree_at_their_upstream_paths(fake_project, tmp_path):
+    from conftest import git
+    from sglpatch.gitcmd import run_git
+    from sglpatch.index_apply import add_tests_to_index, apply_to_index
+
+    project = _project_with_tests(fake_project, tmp_path, GOOD_TEST)
+    patch = project.series().patches[0]
+    repo = tmp_path / "clone"
+    repo.mkdir()
+    git(repo, "init", "-q")
+    (repo / "python/sglang/srt/layers").mkdir(parents=True)
+    (repo / "python/sglang/srt/layers/example.py").write_text("".join(f"line {n}\n" for n in range(1, 41)))
+    git(repo, "add", "-A")
+    env = {"GIT_INDEX_FILE": str(tmp_path / "pr-index")}
+    run_git(["read-tree", git(repo, "write-tree").strip()], repo, env=env)
+    apply_to_index(repo, env, patch.main.diff_text)
+    tree = add_tests_to_index(repo, env, patch.tests)
+    listed = git(repo, "ls-tree", "-r", "--name-only", tree).split()
+    assert listed == ["python/sglang/srt/layers/example.py", TEST_PATH]
+    assert git(repo, "show", f"{tree}:{TEST_PATH}") == GOOD_TEST
