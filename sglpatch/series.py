@@ -7,7 +7,8 @@ trailers at the end of the commit message, after DEP-3 and Yocto:
                      | Backport [version] | Inappropriate [reason]
     Origin: who wrote it and from what
     Bug: where the problem is reported (optional)
-    Witness: the check that fails without the patch and passes with it
+    Witness: the check that fails without the patch and passes with it (``upstream-test``: the
+             patch's own regression tests, below)
     Applies-To: the pins this rendition is for, as a PEP 440 specifier (">=0.5.10,<0.5.19")
     Fixed-Upstream-In: the first pin where upstream has the fix, with the evidence (optional)
 
