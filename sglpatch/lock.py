@@ -42,6 +42,8 @@ def read_lock(path: Path) -> dict:
 
 
 WITNESS_RECORD = "witness"  # a patch's record of how its outcome was proved (levels included)
+TESTS_RECORD = "tests"  # the same for its regression tests (upstream-test), where they ran beside it
+PROOF_RECORDS = (WITNESS_RECORD, TESTS_RECORD)
 
 
 def result_of(entry: dict | None) -> dict | None:
@@ -49,7 +51,7 @@ def result_of(entry: dict | None) -> dict | None:
     could run at depends on the machine (a toolchain installed or not), the result does not."""
     if entry is None:
         return None
-    patches = [{k: v for k, v in patch.items() if k != WITNESS_RECORD} for patch in entry.get("patches", [])]
+    patches = [{k: v for k, v in patch.items() if k not in PROOF_RECORDS} for patch in entry.get("patches", [])]
     return {**entry, "patches": patches}
 
 

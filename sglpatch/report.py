@@ -20,6 +20,8 @@ def render_apply(report: ApplyReport, report_path: str = "") -> str:
                 commit = outcome.commit[:12] if outcome.commit else "-"
                 needed = {True: "needed", False: "not needed", None: "needed ?"}[outcome.needed]
                 witness = f"witness {outcome.witness_before or '-'} -> {outcome.witness_after or '-'}"
+                if getattr(outcome, "tests_before", ""):
+                    witness += f"; tests {outcome.tests_before} -> {outcome.tests_after or '-'}"
                 status = outcome.status + (" UNPROVEN" if outcome.unproven else "")
                 lines.append(f"  {outcome.name:<{width}}  {status:<19}  {commit:<12}  {needed:<10}  {witness}")
                 for detail in outcome.detail.splitlines() if outcome.status != "applied" or outcome.unproven else []:

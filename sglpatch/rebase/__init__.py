@@ -14,7 +14,8 @@ a well-kept tool, proposes trees, nearest rendition first (``sglpatch.rebase.mer
    lacks, that line as another rendition of the patch writes it (``merge_tools.sibling_lines``).
 
 Every proposal is judged (``sglpatch.rebase.judge``) -- no name its added lines use missing from the
-release, the witness bug on the pristine release and clean on the port, every touched module
+release, the witness bug on the pristine release and clean on the port, the patch's regression
+tests (``patches/tests/<patch>/``, the ``upstream-test`` witness) passing on the port, every touched module
 importing in the pin's CPU Python on the emulated box -- and the first accepted is taken. Each
 patch ends as:
 

@@ -9,8 +9,9 @@ parts agree:
    it does not have (``server_args.x``, ``get_server_args().x``, ``self.x`` in ``ServerArgs``), or a
    namespaced setting (``get_exec().comm.x``) no field declares with that ``NS(...)``. Static, on
    the release's own code (``ast`` and pyflakes), so it needs nothing installed;
-2. ``witness``: the patch's witness says bug on the pristine release and clean on the port (the
-   caller runs it: it is the one part cached per tree);
+2. ``witness``: the patch's witness says bug on the pristine release and clean on the port, and
+   the patch's regression tests in sglang's layout pass on the port (``upstream-test``; the
+   caller runs them: the one part cached per tree);
 3. ``imports``: every module the port touches imports in the pin's CPU Python on the emulated
    MI355X box (the witnesses' ``import_smoke`` probe).
 

@@ -99,9 +99,12 @@ class Trial:
 
     def judge(self, witness, commit: str) -> tuple[judging.Verdict, WitnessResult | None]:
         """The judge's verdict on ``commit`` (a candidate on the current parent): names, then the
-        witness, then the import smoke, each only when the ones before passed."""
+        witness, then the import smoke, each only when the ones before passed. ``witness`` may be
+        a list (the patch's witness, then its regression tests: ``registry.witnesses_for``):
+        every one must pass on the port; the answer given back is the first's."""
+        witnesses = list(witness) if isinstance(witness, (list, tuple)) else [witness]
         tree = git_out(["rev-parse", f"{commit}^{{tree}}"], self.repo)
-        key = (tree, self.parent, witness.name)
+        key = (tree, self.parent, ",".join(w.name for w in witnesses))
         if key in self._verdicts:
             return self._verdicts[key]
         verdict = judging.Verdict()
@@ -115,11 +118,14 @@ class Trial:
         verdict.checked.append("names")
         after = None
         if not verdict.names:
-            after = self.witness(witness, commit)
+            answers = self.witnesses(witnesses, commit)
+            after = answers[witnesses[0].name]
             verdict.checked.append("witness")
-            if after.state != CLEAN:
-                verdict.witness.append(f"{witness.name} says {after.summary()} on the port: {after.detail}"[:600])
-            else:
+            for checked in witnesses:
+                answer = answers[checked.name]
+                if answer.state != CLEAN:
+                    verdict.witness.append(f"{checked.name} says {answer.summary()} on the port: {answer.detail}"[:600])
+            if not verdict.witness:
                 verdict.imports = self.import_smoke(commit, changed)
                 verdict.checked.append("imports")
         self._verdicts[key] = (verdict, after)
@@ -200,6 +206,15 @@ class Trial:
             return checkout_commit(self.repo, commit, Path(tempfile.mkdtemp(dir=self.scratch, prefix="witness-")))
 
         return answer_cache.run_cached(witness, tree, self.pin, materialize)
+
+    def witnesses(self, witnesses: list, commit: str) -> dict[str, WitnessResult]:
+        """Every witness's answer on ``commit``, the CPU probes among them in one go."""
+        tree = git_out(["rev-parse", f"{commit}^{{tree}}"], self.repo)
+
+        def materialize() -> Path:
+            return checkout_commit(self.repo, commit, Path(tempfile.mkdtemp(dir=self.scratch, prefix="witness-")))
+
+        return answer_cache.run_cached_many(witnesses, tree, self.pin, materialize)
 
     def format_patch(self, commit: str) -> str:
         return run_git(["format-patch", "-1", "--stdout", "--zero-commit", commit], self.repo).stdout.decode()
