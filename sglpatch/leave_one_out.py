@@ -149,7 +149,7 @@ def rebase_left_out(source_root: Path, version: str, work: Path, *, write: bool 
     removed = leave_out(source_root, version, copy)
     started = time.perf_counter()
     try:
-        report = rebase_onto(Project(copy), version, write=write)
+        report = rebase_onto(Project(copy, sealed=True), version, write=write)
     except SglpatchError as exc:
         return {"version": version, "ported": False, "identical": False, "seconds": time.perf_counter() - started,
                 "patches": [], "error": str(exc), "removed": removed, "cells": []}
@@ -175,5 +175,5 @@ def rebase_left_out(source_root: Path, version: str, work: Path, *, write: bool 
         "version": version, "ported": ported, "identical": bool(ported and tree and tree == committed.get("tree")),
         "tree": tree, "committed_tree": committed.get("tree", ""), "seconds": seconds, "patches": patches,
         "error": report.error, "prepared": report.prepared, "removed": removed, "written": report.written,
-        "cells": report.cells,
+        "cells": report.cells, "cells_replayed": report.cells_replayed,
     }
