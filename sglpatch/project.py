@@ -27,6 +27,9 @@ OUT_ENV = "SGLPATCH_OUT_DIR"
 @dataclass(frozen=True)
 class Project:
     root: Path
+    # A staged or copied project (a rebase's staging, a leave-one-out copy) keeps every write under
+    # its own root: ``$SGLPATCH_OUT_DIR`` would send its trees and records into the real build.
+    sealed: bool = False
 
     @classmethod
     def find(cls, start: Path | None = None) -> "Project":
@@ -50,6 +53,8 @@ class Project:
 
     @property
     def build_dir(self) -> Path:
+        if self.sealed:
+            return self.root / "build"
         return Path(os.environ.get(OUT_ENV) or self.root / "build")
 
     def pins(self) -> Pins:

@@ -129,7 +129,7 @@ def run_cpu_tier(project: Project, pins: list[str] | None = None, *, use_cache: 
     selected = project.pins().select(pins)
     versions = [pin.version for pin in selected]
     if jobs <= 1 or len(versions) <= 1:
-        return [record for version in versions for record in _pin_cells(project.root, version, use_cache)]
+        return [record for version in versions for record in _pin_cells(project, version, use_cache)]
     # In a log each worker's cells are lines; on a terminal the live display belongs to this
     # process alone (a worker writing under it would garble it), so it counts the pins.
     worker_mode = "lines" if progress.mode() == "lines" else "quiet"
@@ -142,11 +142,10 @@ def run_cpu_tier(project: Project, pins: list[str] | None = None, *, use_cache: 
             shown.advance()
             shown.update(f"{len(done)}/{len(versions)} pins done ({version})")
 
-        per_pin = workers.share_out(versions, groups.get, functools.partial(_pin_cells, project.root, use_cache=use_cache),
+        per_pin = workers.share_out(versions, groups.get, functools.partial(_pin_cells, project, use_cache=use_cache),
                                     jobs, initializer=progress.configure, initargs=(worker_mode,), on_done=count)
     return [record for records in per_pin for record in records]
 
 
-def _pin_cells(root: Path, version: str, use_cache: bool) -> list[CellRecord]:
-    project = Project(root)
+def _pin_cells(project: Project, version: str, use_cache: bool) -> list[CellRecord]:
     return [run_cpu_cell(project, cell, use_cache=use_cache) for cell in cells([version], ("cpu",))]
