@@ -237,3 +237,14 @@ def test_the_runner_stamps_every_record_of_a_job_with_the_device_it_ran_on(tmp_p
     on_disk = read_records(project.build_dir / "matrix" / "records")
     assert on_disk and {record.device for record in on_disk} == {device_stamp(options)}
     assert json.loads(result.path.read_text())["device"] == device_stamp(options)
+
+
+def test_the_matrix_table_marks_a_replayed_cell_and_counts_them():
+    from sglpatch.matrix.table import render_markdown
+
+    records = _cells("0.5.14", {"cpu-build-0.5.14"})
+    table = render_markdown(records)
+    row = next(line for line in table.splitlines() if line.startswith("| 0.5.14 |"))
+    assert row.startswith("| 0.5.14 | pass (replayed) | pass | pass |")
+    assert "1 of 8 cells replayed" in table
+    assert "replayed" not in render_markdown(_cells("0.5.14", set()))
