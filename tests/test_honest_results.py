@@ -7,7 +7,9 @@ from __future__ import annotations
 import json
 import sys
 
-from conftest import BASE_FILES, REPO_ROOT, TextWitness, example_lines
+import pytest
+
+from conftest import BASE_FILES, REPO_ROOT, TextWitness, example_lines, format_patch, tree_files
 from sglpatch import cache
 from sglpatch.matrix import plan
 from sglpatch.pins import load_pins
@@ -25,6 +27,8 @@ RECORD_ENV = "SGLPATCH_STANDIN_RECORD"  # rocm_box.RECORD_ENV (the probes' own m
 from test_rebase import _add_pin, _example_patch, _release, _verdicts, local_imports, local_witnesses  # noqa: F401
 
 PROJECT = Project(REPO_ROOT)
+# The judge's real import smoke, taken before the rebase tests' double (``local_imports``) replaces it.
+REAL_IMPORT_SMOKE = __import__("sglpatch.rebase.trial", fromlist=["Trial"]).Trial.import_smoke
 
 
 # -- a replayed answer says so ---------------------------------------------------------------------
@@ -248,3 +252,103 @@ def test_the_matrix_table_marks_a_replayed_cell_and_counts_them():
     assert row.startswith("| 0.5.14 | pass (replayed) | pass | pass |")
     assert "1 of 8 cells replayed" in table
     assert "replayed" not in render_markdown(_cells("0.5.14", set()))
+
+
+# -- a judge part that could not look is a finding ----------------------------------------------------
+
+
+def _trial(fake_project, tmp_path, version="0.2.0"):
+    from sglpatch import sources
+    from sglpatch.rebase.trial import Trial
+
+    pin = load_pins(fake_project.root / "upstream" / "pins.toml").select([version])[0]
+    scratch = tmp_path / "trial"
+    scratch.mkdir()
+    return Trial(scratch, pin, sources.pristine_from_index(pin))
+
+
+def test_the_import_smoke_with_no_module_to_import_is_a_finding_not_a_pass(fake_project, tmp_path):
+    trial = _trial(fake_project, tmp_path)
+    real = REAL_IMPORT_SMOKE
+    kernel = "python/sglang/jit_kernel/csrc/kernel.cuh"
+    assert real(trial, trial.parent, [kernel]) == [
+        f"could not check {kernel}: no module of the release names kernel.cuh, so none loads it"]
+    assert real(trial, trial.parent, ["README.md"]) == [
+        "could not check README.md: it is outside the package (python/sglang/), nothing imports it"]
+
+
+def test_a_name_only_the_port_defines_is_accepted_as_the_ports_own_and_reported(fake_project, tmp_path):
+    helper = "from sglang.version import __version__\n\n\ndef helper():\n    return __version__\n"
+    user = "from sglang.srt.layers.helper import helper\n\nVALUE = helper()\n"
+    patch = format_patch(tmp_path, tree_files("0.1.0"), {"python/sglang/srt/layers/example.py": example_lines({20: "patched\n"}),
+                                                         "python/sglang/srt/layers/helper.py": helper,
+                                                         "python/sglang/srt/layers/user.py": user},
+                         "example: patch line 20 with a helper", trailers={"Witness": "example-20", "Applies-To": ">=0.1"})
+    fake_project.set_patches([("0001-example.patch", patch)])
+    _release(fake_project, "0.3.0", example_lines({5: "upstream changed line 5\n"}))
+    report = rebase_onto(fake_project.project, "0.3.0", write=False)
+    assert _verdicts(report) == [("0001-example.patch", "carries-over")]
+    attempt = report.outcomes[0].attempts[0]
+    assert attempt.judge == "accepted (names, witness, imports; 1 name(s) the port itself adds)"
+    assert attempt.findings == ["the port adds: python/sglang/srt/layers/user.py:1: imports sglang.srt.layers.helper,"
+                                " a module the port itself adds"]
+
+
+# -- leave-one-out removes every claim on the release it leaves out --------------------------------------
+
+
+def test_leaving_out_a_release_inside_a_range_splits_the_range_around_it(fake_project, tmp_path):
+    from sglpatch.leave_one_out import leave_out
+
+    _add_pin(fake_project, "0.2.5", BASE_FILES)
+    fake_project.set_patches([("0001-example.patch", _example_patch(tmp_path, applies_to=">=0.1"))])
+    done = leave_out(fake_project.root, "0.2.0", tmp_path / "copy")
+    copy = Project(tmp_path / "copy")
+    patch = copy.series().get("0001-example.patch")
+    assert [(r.path.relative_to(copy.root).as_posix(), r.trailer("Applies-To")) for r in patch.renditions] == [
+        ("patches/0001-example.patch", "==0.2.5"), ("patches/renditions/0001-example/0.1.0.patch", "==0.1.0")]
+    assert not [r for r in patch.renditions if r.covers("0.2.0")]
+    assert sorted(done["narrowed"]) == ["patches/0001-example.patch: ==0.2.5",
+                                        "patches/renditions/0001-example/0.1.0.patch: ==0.1.0"]
+
+
+def test_a_rendition_committed_on_the_left_out_release_alone_is_made_again_from_a_neighbours_locked_commit(
+        fake_project, tmp_path):
+    from sglpatch.leave_one_out import leave_out
+    from sglpatch.project import apply_series
+
+    # 0.2.5 already holds the fix (the main file reverse-applies there: not needed), so among the
+    # main file's pins only 0.2.0 commits it: its text was made for 0.2.0.
+    _add_pin(fake_project, "0.2.5", {**BASE_FILES, "sglang/srt/layers/example.py": example_lines({20: "patched\n"})})
+    main = _example_patch(tmp_path, applies_to=">=0.2.0")
+    older = format_patch(tmp_path, tree_files("0.1.0"), {"python/sglang/srt/layers/example.py": example_lines({20: "patched for 0.1.0\n"})},
+                         "example: patch line 20", trailers={"Witness": "example-20", "Applies-To": "==0.1.0"})
+    fake_project.set_patches([("0001-example.patch", main)], {"0001-example": [("0.1.0.patch", older)]})
+    assert apply_series(fake_project.project).ok
+    statuses = {v: e["patches"][0]["status"] for v, e in json.loads(fake_project.project.lock_file.read_text())["pins"].items()}
+    assert statuses == {"0.1.0": "applied", "0.2.0": "applied", "0.2.5": "not-needed"}
+    done = leave_out(fake_project.root, "0.2.0", tmp_path / "copy")
+    remade = Project(tmp_path / "copy").series().get("0001-example.patch").main
+    assert remade.trailer("Applies-To") == "==0.2.5"
+    assert "+patched for 0.1.0" in remade.diff_text and "+patched\n" not in remade.diff_text
+    assert done["remade"] == ["patches/0001-example.patch -> patches/0001-example.patch (made for 0.2.0 alone among its pins:"
+                              " made again from 0.1.0's locked commit)"]
+
+
+@pytest.mark.network
+def test_leaving_out_a_release_inside_a_range_of_the_real_series_leaves_no_claim_on_it(tmp_path):
+    from sglpatch.leave_one_out import leave_out
+
+    done = leave_out(REPO_ROOT, "0.5.19", tmp_path / "copy")
+    copy = Project(tmp_path / "copy")
+    for patch in copy.series().patches:
+        for rendition in patch.renditions:
+            assert not rendition.covers("0.5.19"), rendition.path
+    # 0001's main file (upstream has the fix from 0.5.15: committed on none of its pins) kept its
+    # text, split around 0.5.19 into the pins below it and the pins above it.
+    guard = copy.series().get("0001-amd-guard-cuda-runtime-include-fused-metadata-copy.patch")
+    assert guard.main.trailer("Applies-To") == ">=0.5.20,<=0.5.23"
+    below = guard.main.path.parent / "renditions" / guard.stem / "0.5.18.patch"
+    assert below.is_file() and guard.for_version("0.5.18").path == below
+    assert guard.for_version("0.5.17").path == below and guard.for_version("0.5.19") is None
+    assert "patches/renditions/0001-amd-guard-cuda-runtime-include-fused-metadata-copy/0.5.18.patch: >=0.5.17,<=0.5.18" in done["narrowed"]
