@@ -352,3 +352,37 @@ def test_leaving_out_a_release_inside_a_range_of_the_real_series_leaves_no_claim
     assert below.is_file() and guard.for_version("0.5.18").path == below
     assert guard.for_version("0.5.17").path == below and guard.for_version("0.5.19") is None
     assert "patches/renditions/0001-amd-guard-cuda-runtime-include-fused-metadata-copy/0.5.18.patch: >=0.5.17,<=0.5.18" in done["narrowed"]
+
+
+def test_a_spec_depth_answered_earlier_in_the_same_run_is_not_called_replayed(tmp_path, monkeypatch):
+    # The spec check answers every depth of a pin in one run; the depths after the first read those
+    # answers back. They ran in this run: only an answer kept by an earlier run is a replay.
+    from types import SimpleNamespace
+
+    from sglpatch.matrix import cpu
+    from sglpatch.matrix.cells import Cell
+    from sglpatch.records import Part
+
+    monkeypatch.setenv(cache.ANSWERS_ENV, str(tmp_path / "answers"))
+    monkeypatch.setattr(cpu, "_ANSWERED_HERE", set())
+    put = SimpleNamespace(pin=SimpleNamespace(version="0.5.23"), patched_tree="p" * 40, pristine_tree="q" * 40,
+                          series_version="1", series_hash="h")
+    runs = []
+
+    def spec_cells(put, records):
+        runs.append(sorted(records))
+        for record in records.values():
+            record.parts.append(Part("a stated part", PASSED))
+        return {depth: [] for depth in records}
+
+    monkeypatch.setattr(cpu, "prepare_pin", lambda project, version: put)
+    monkeypatch.setattr(cpu, "_cell_key", lambda put, cell: f"test-{cell.check}-{cell.depth}")
+    monkeypatch.setattr(cpu, "spec_cells", spec_cells)
+    monkeypatch.setattr(cpu, "remove_checkouts", lambda: None)
+    project = Project(tmp_path / "project", sealed=True)
+    first = cpu.run_cpu_cell(project, Cell("cpu", "spec", "0.5.23", 1))
+    second = cpu.run_cpu_cell(project, Cell("cpu", "spec", "0.5.23", 2))
+    assert len(runs) == 1 and (first.cached, second.cached) == (False, False)
+    monkeypatch.setattr(cpu, "_ANSWERED_HERE", set())  # a later run (another process)
+    third = cpu.run_cpu_cell(project, Cell("cpu", "spec", "0.5.23", 3))
+    assert len(runs) == 1 and third.cached
