@@ -386,3 +386,14 @@ def test_a_spec_depth_answered_earlier_in_the_same_run_is_not_called_replayed(tm
     monkeypatch.setattr(cpu, "_ANSWERED_HERE", set())  # a later run (another process)
     third = cpu.run_cpu_cell(project, Cell("cpu", "spec", "0.5.23", 3))
     assert len(runs) == 1 and third.cached
+
+
+def test_a_hand_port_prepared_under_sglpatch_out_dir_is_named_where_it_is(fake_project, tmp_path, monkeypatch):
+    outside = tmp_path / "outside"
+    monkeypatch.setenv(OUT_ENV, str(outside))
+    fake_project.set_patches([("0001-example.patch", _example_patch(tmp_path))])
+    _release(fake_project, "0.3.0", example_lines({20: "upstream rewrote line 20\n"}))
+    report = rebase_onto(fake_project.project, "0.3.0")
+    assert _verdicts(report) == [("0001-example.patch", "needs-hand-port")]
+    assert report.prepared == str(outside / "port" / "0.3.0")
+    assert "<<<<<<< " in (outside / "port" / "0.3.0" / "python/sglang/srt/layers/example.py").read_text()

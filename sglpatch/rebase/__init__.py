@@ -95,7 +95,9 @@ def rebase_onto(project, version: str, *, write: bool = True) -> RebaseReport:
         report.tree = git_out(["rev-parse", f"{trial.parent}^{{tree}}"], trial.repo)
         left = [outcome for outcome in report.outcomes if outcome.verdict == Outcome.NEEDS_HAND_PORT and outcome.conflict]
         if left:
-            report.prepared = str(prepare_hand_port(project, trial, version, left).relative_to(project.root))
+            prepared = prepare_hand_port(project, trial, version, left)
+            # Under the project (build/port/V), or wherever SGLPATCH_OUT_DIR puts the build folder.
+            report.prepared = str(prepared.relative_to(project.root) if prepared.is_relative_to(project.root) else prepared)
             for outcome in left:
                 outcome.prepared = report.prepared
     # The main file stays the newest rendition: a rendition made for a release newer than every pin
