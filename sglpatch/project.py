@@ -28,6 +28,9 @@ LOCK_FILE = "series.lock"  # sglpatch.lock reads and writes it
 @dataclass(frozen=True)
 class Project:
     root: Path
+    # A staged or copied project (a rebase's staging, a leave-one-out copy) keeps every write under
+    # its own root: ``$SGLPATCH_OUT_DIR`` would send its trees and records into the real build.
+    sealed: bool = False
 
     @classmethod
     def find(cls, start: Path | None = None) -> "Project":
@@ -58,6 +61,8 @@ class Project:
 
     @property
     def build_dir(self) -> Path:
+        if self.sealed:
+            return self.root / "build"
         return Path(os.environ.get(OUT_ENV) or self.root / "build")
 
     def pins(self) -> Pins:

@@ -37,7 +37,7 @@ def write_staged(project, changes: dict[Path, bytes | None], pins_to_apply: list
                 continue
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_bytes(data)
-        staged = Project(stage)
+        staged = Project(stage, sealed=True)
         problems = check_series(staged.patches_dir, staged.pins())
         if problems:
             raise SglpatchError(f"the staged series does not pass check: {problems[0]}")

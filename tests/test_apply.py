@@ -385,7 +385,7 @@ def test_apply_process_killed_by_sigkill_mid_series_leaves_the_tree_and_the_next
     assert (fake_project.root / "series.lock").read_text() == lock_before
     report = apply_series(fake_project.project, ["0.1.0"], update_lock=True, allow_unavailable=True)
     assert report.ok, report.to_json()
-    assert (tree / EXAMPLE).read_text().startswith("patched 1\npatched 2\n")
+    assert (tree / EXAMPLE).read_text().startswith('"""patched 1\npatched 2\n')  # the fake module opens its string on line 1
     assert git(tree, "status", "--porcelain").strip() == ""
     assert not list((tree / ".git").glob("sglpatch-index-*"))
 

@@ -460,9 +460,11 @@ def test_a_release_left_out_whose_renditions_still_apply_is_ported_to_the_commit
 
     row = rebase_left_out(REPO_ROOT, "0.5.12.post1", tmp_path)
     assert row["ported"] and row["written"] and row["identical"], row
-    # The release's real CPU cells ran on the staged series, every one of them, and passed.
+    # The release's real CPU cells answered on the staged series, every one of them, and passed:
+    # computed now, or replayed from an earlier run on the same trees and code (cells_replayed says which).
     assert row["cells"] == [f"cpu-{check}-0.5.12.post1{depth} passed"
                             for check, depth in [("build", ""), ("load", ""), *(("spec", f"-d{d}") for d in range(1, 7))]], row
+    assert set(row["cells_replayed"]) <= {cell.split(" ")[0] for cell in row["cells"]}
     assert [(p["verdict"], p["step"]) for p in row["patches"]] == [("carries-over", "exact")] * 3
 
 
