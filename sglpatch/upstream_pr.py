@@ -203,7 +203,7 @@ def _shown_run(tested: _Checks, regression, tests, own, own_run, commit: str, ot
     change and with this pull request's commit (the ``upstream-test`` check bound to just those
     files); without a test file, the patch's own check on the whole change, said so."""
     if regression is not None and tests:
-        check = UpstreamTestWitness(regression.stem, tuple(tests))
+        check = type(regression)(regression.stem, tuple(tests))
         names = ", ".join(Path(t.path).name for t in tests)
         before, after = tested.fails_then_passes(check, commit, f"its regression test ({names})")
         return upstream_body.TestRun("\n".join(f"python3 {t.path}" for t in tests if t.path.endswith(".py")),
@@ -211,7 +211,7 @@ def _shown_run(tested: _Checks, regression, tests, own, own_run, commit: str, ot
     if own_run is None:
         return None
     before, after = own_run
-    scope = ("The check ran with the whole change applied, this pull request and: " + "; ".join(others)) if others else ""
+    scope = ("The test ran with the whole change applied, this pull request and: " + "; ".join(others)) if others else ""
     return upstream_body.TestRun(f"# no unit test in this pull request yet; the check that ran: {before.summary()}",
                                  before, after, scope)
 
