@@ -116,9 +116,20 @@ def _test_run(run: TestRun) -> list[str]:
     return out
 
 
+# How a CPU run says what it rested on: "[doubles: emulated gfx950 node; stand-ins a, b; called: none]".
+_DOUBLES_RE = re.compile(r" ?\[doubles: emulated (?P<gpu>[^;\]]+?) node; stand-ins (?P<doubles>[^;\]]+); called: (?P<called>[^\]]+)\]")
+
+
+def _doubles(match: re.Match) -> str:
+    gpu = "" if match["gpu"] == "?" else f" with {match['gpu']} emulated"
+    called = "none of them called" if match["called"] == "none" else f"called: {match['called']}"
+    doubles = "" if match["doubles"] == "none" else f" and test doubles for {match['doubles']} ({called})"
+    return f"\n(on CPU{gpu}{doubles})"
+
+
 def short_output(detail: str) -> list[str]:
     """A check's output in at most ``OUTPUT_LINES`` lines of ``OUTPUT_WIDTH`` characters."""
-    text = detail
+    text = _DOUBLES_RE.sub(_doubles, detail)
     for pattern, plain in _PLAIN:
         text = re.sub(pattern, plain, text, flags=re.I)
     lines = []

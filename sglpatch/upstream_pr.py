@@ -378,13 +378,15 @@ def _matrix_results(project, name: str) -> list[str]:
     report = project.build_dir / "apply-report.json"
     if not report.exists():
         return []
+    found = [(pin["version"], outcome) for pin in json.loads(report.read_text())["pins"]
+             for outcome in pin["patches"] if outcome["name"] == name]
+    # The same check as the body shows: the regression test where the last apply ran it.
+    key = "tests" if any(outcome.get("tests_before") for _, outcome in found) else "witness"
     lines = []
-    for pin in json.loads(report.read_text())["pins"]:
-        for outcome in pin["patches"]:
-            if outcome["name"] == name:
-                before = outcome.get("witness_before") or "-"
-                after = outcome.get("witness_after") or "-"
-                lines.append(f"| {pin['version']} | {before} | {after} |")
+    for version, outcome in found:
+        before, after = outcome.get(f"{key}_before"), outcome.get(f"{key}_after")
+        if before or after:
+            lines.append(f"| {version} | {before or '-'} | {after or '-'} |")
     return lines
 
 

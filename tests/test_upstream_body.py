@@ -94,3 +94,10 @@ def test_a_malformed_split_is_one_line_naming_the_patch(trailers, problem):
 def test_an_unsplit_patch_is_one_pull_request_with_its_subject():
     [part] = upstream_split.pr_parts("p.patch", "[Quark] Fix", "Problem: x.", [("Witness", "w")], ["x.py"], ["t.py"])
     assert (part.name, part.title, part.carries("anything")) == ("", "[Quark] Fix", True)
+
+
+def test_what_a_cpu_run_rested_on_is_said_in_plain_words():
+    said = upstream_body.short_output("3 passed (test_x.py 3 run) [doubles: emulated gfx950 node; stand-ins aiter, "
+                                      "sgl_kernel; called: none]")
+    assert " ".join(said) == ("3 passed (test_x.py 3 run) (on CPU with gfx950 emulated and test doubles for aiter, "
+                              "sgl_kernel (none of them called))")
