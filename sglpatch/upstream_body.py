@@ -58,9 +58,13 @@ def paragraphs(text: str) -> dict[str, list[str]]:
     return found
 
 
+MATRIX_TITLE = "The same check on released sglang versions (without / with the change):"
+
+
 def render_body(text: str, *, files: list[str], tests: list[str], run: TestRun | None, matrix: list[str],
-                hooks_clean: bool, notes: list[str] = ()) -> str:
-    """The body for the description ``text`` (Problem/Cause/Fix/Testing/Bench paragraphs)."""
+                hooks_clean: bool, notes: list[str] = (), matrix_title: str = MATRIX_TITLE) -> str:
+    """The body for the description ``text`` (Problem/Cause/Fix/Testing/Bench paragraphs); the
+    ``matrix`` rows (one per release) under ``matrix_title``."""
     parts = paragraphs(text)
     out = ["## Motivation", ""]
     for paragraph in parts.get("Problem", []) + parts.get("", []) + parts.get("Cause", []):
@@ -79,7 +83,7 @@ def render_body(text: str, *, files: list[str], tests: list[str], run: TestRun |
         out += _test_run(run)
     if matrix:
         rows = [re.sub(r"\bclean\b", "passes", re.sub(r"\bbug\b", "fails", row)) for row in matrix]
-        out += ["The same check on released sglang versions (without / with the change):", "",
+        out += [_wrap(matrix_title), "",
                 "| sglang | without | with |", "|---|---|---|", *rows, ""]
     if not any(NOT_ON_MI355X.rstrip(".") in p for p in parts.get("Testing", [])):
         out += [_wrap(f"{NOT_ON_MI355X} Every result above ran on CPU, with the ROCm device emulated where it says gfx950."), ""]

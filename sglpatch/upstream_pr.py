@@ -142,9 +142,13 @@ def export(
         mbox = folder / f"{stem}.mbox"
         mbox.write_bytes(run_git(["format-patch", "-1", "--stdout", commit], repo).stdout)
         hooks_line = "clean (isort, black, codespell, clang-format)" if hooks else "not run"
+        others = [p.title for p in parts if p is not one]
+        # The releases' table comes from ``apply``, which runs the whole patch: say so for a part.
+        title = (f"The check on released sglang versions, run on the whole change (this pull request together with "
+                 f"{'; '.join(others)}), without / with it:") if others else upstream_body.MATRIX_TITLE
         body = upstream_body.render_body(one.text if one.name else message, files=[f for f in files if f not in own_tests],
                                          tests=own_tests, run=run, matrix=_matrix_results(project, patch.name),
-                                         hooks_clean=hooks)
+                                         hooks_clean=hooks, matrix_title=title)
         if range_diff:
             body += f"\n## Changes since the previous version of this series\n\n```\n{range_diff.rstrip()}\n```\n"
         body_path = folder / "PR.md"
