@@ -22,7 +22,8 @@ OUTPUT_LINES = 12
 NOT_ON_MI355X = "Not measured on MI355X."
 CODE = "\0code\0"
 # Our words for things upstream has other words for (checked on the whole body, case-insensitive).
-INTERNAL_WORDS = ("witness", "stand-in", "standin", "rendition", "series.lock", r"\bpins?\b", r"\block\b")
+INTERNAL_WORDS = ("witness", "stand-in", "standin", "rendition", "series.lock", r"\bpins?\b", r"\block\b", "sglpatch",
+                  r"\bnox\b")
 # How a check's own output says them, in words a reviewer reads.
 _PLAIN = ((r"stand-ins?", "test double"), (r"witness(es)?", "check"), (r"\bpins\b", "releases"), (r"\bpin\b", "release"))
 

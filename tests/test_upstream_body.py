@@ -51,7 +51,7 @@ def test_a_checks_long_output_is_shown_short_and_in_upstreams_words():
     assert "stand-in" not in body and "- [ ] Format your code" in body
 
 
-@pytest.mark.parametrize("word", ["witness", "rendition", "pin", "stand-in", "lock"])
+@pytest.mark.parametrize("word", ["witness", "rendition", "pin", "stand-in", "lock", "sglpatch", "nox"])
 def test_a_body_in_this_projects_words_is_refused(word):
     with pytest.raises(SglpatchError, match=f"'{word}' is this project's word"):
         upstream_body.render_body(f"Problem: the {word} says so.", files=[], tests=[], run=None, matrix=[], hooks_clean=True)
