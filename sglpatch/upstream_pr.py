@@ -5,9 +5,11 @@ pre-commit hooks on what each adds (``upstream_hooks``).
 
 The base is a pin (default: the newest; its files have no upstream history, so the mbox is meant
 for ``git am`` on a clone) or a ref in the user's clone of sglang, onto which the patch is ported
-with ``rebase``'s cascade and judge. The export refuses, with the reason, a patch that is already
-upstream there (it reverse-applies) or not needed there (its witness passes on the base), and
-leaves no branch or file when it refuses.
+with ``rebase``'s cascade and judge. Each pull request shows its own regression tests' run (the
+``upstream-test`` witness bound to that part's files): failing on the base, passing on its commit.
+The export refuses, with the reason, a patch that is already upstream there (it reverse-applies)
+or not needed there (its witness passes on the base), a test that passes without the change or
+fails with it, and any check that could not run; it leaves no branch or file when it refuses.
 """
 
 from __future__ import annotations
