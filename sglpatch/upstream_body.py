@@ -22,7 +22,8 @@ OUTPUT_LINES = 12
 NOT_ON_MI355X = "Not measured on MI355X."
 CODE = "\0code\0"
 # Our words for things upstream has other words for (checked on the whole body, case-insensitive).
-INTERNAL_WORDS = ("witness", "stand-in", "standin", "rendition", "series.lock", r"\bpins?\b", r"\block\b")
+INTERNAL_WORDS = ("witness", "stand-in", "standin", "rendition", "series.lock", r"\bpins?\b", r"\block\b", "sglpatch",
+                  r"\bnox\b")
 # How a check's own output says them, in words a reviewer reads.
 _PLAIN = ((r"stand-ins?", "test double"), (r"witness(es)?", "check"), (r"\bpins\b", "releases"), (r"\bpin\b", "release"))
 
@@ -58,9 +59,13 @@ def paragraphs(text: str) -> dict[str, list[str]]:
     return found
 
 
+MATRIX_TITLE = "The same check on released sglang versions (without / with the change):"
+
+
 def render_body(text: str, *, files: list[str], tests: list[str], run: TestRun | None, matrix: list[str],
-                hooks_clean: bool, notes: list[str] = ()) -> str:
-    """The body for the description ``text`` (Problem/Cause/Fix/Testing/Bench paragraphs)."""
+                hooks_clean: bool, notes: list[str] = (), matrix_title: str = MATRIX_TITLE) -> str:
+    """The body for the description ``text`` (Problem/Cause/Fix/Testing/Bench paragraphs); the
+    ``matrix`` rows (one per release) under ``matrix_title``."""
     parts = paragraphs(text)
     out = ["## Motivation", ""]
     for paragraph in parts.get("Problem", []) + parts.get("", []) + parts.get("Cause", []):
@@ -79,7 +84,7 @@ def render_body(text: str, *, files: list[str], tests: list[str], run: TestRun |
         out += _test_run(run)
     if matrix:
         rows = [re.sub(r"\bclean\b", "passes", re.sub(r"\bbug\b", "fails", row)) for row in matrix]
-        out += ["The same check on released sglang versions (without / with the change):", "",
+        out += [_wrap(matrix_title), "",
                 "| sglang | without | with |", "|---|---|---|", *rows, ""]
     if not any(NOT_ON_MI355X.rstrip(".") in p for p in parts.get("Testing", [])):
         out += [_wrap(f"{NOT_ON_MI355X} Every result above ran on CPU, with the ROCm device emulated where it says gfx950."), ""]
@@ -116,9 +121,20 @@ def _test_run(run: TestRun) -> list[str]:
     return out
 
 
+# How a CPU run says what it rested on: "[doubles: emulated gfx950 node; stand-ins a, b; called: none]".
+_DOUBLES_RE = re.compile(r" ?\[doubles: emulated (?P<gpu>[^;\]]+?) node; stand-ins (?P<doubles>[^;\]]+); called: (?P<called>[^\]]+)\]")
+
+
+def _doubles(match: re.Match) -> str:
+    gpu = "" if match["gpu"] == "?" else f" with {match['gpu']} emulated"
+    called = "none of them called" if match["called"] == "none" else f"called: {match['called']}"
+    doubles = "" if match["doubles"] == "none" else f" and test doubles for {match['doubles']} ({called})"
+    return f"\n(on CPU{gpu}{doubles})"
+
+
 def short_output(detail: str) -> list[str]:
     """A check's output in at most ``OUTPUT_LINES`` lines of ``OUTPUT_WIDTH`` characters."""
-    text = detail
+    text = _DOUBLES_RE.sub(_doubles, detail)
     for pattern, plain in _PLAIN:
         text = re.sub(pattern, plain, text, flags=re.I)
     lines = []

@@ -5,9 +5,11 @@ pre-commit hooks on what each adds (``upstream_hooks``).
 
 The base is a pin (default: the newest; its files have no upstream history, so the mbox is meant
 for ``git am`` on a clone) or a ref in the user's clone of sglang, onto which the patch is ported
-with ``rebase``'s cascade and judge. The export refuses, with the reason, a patch that is already
-upstream there (it reverse-applies) or not needed there (its witness passes on the base), and
-leaves no branch or file when it refuses.
+with ``rebase``'s cascade and judge. Each pull request shows its own regression tests' run (the
+``upstream-test`` witness bound to that part's files): failing on the base, passing on its commit.
+The export refuses, with the reason, a patch that is already upstream there (it reverse-applies)
+or not needed there (its witness passes on the base), a test that passes without the change or
+fails with it, and any check that could not run; it leaves no branch or file when it refuses.
 """
 
 from __future__ import annotations
@@ -24,7 +26,15 @@ from sglpatch import sources, upstream_body, upstream_hooks, upstream_split
 from sglpatch.checkouts import checkout_commit
 from sglpatch.errors import SglpatchError
 from sglpatch.gitcmd import IDENTITY_EMAIL, IDENTITY_NAME, git_out, run_git
-from sglpatch.index_apply import apply_to_index, check_exact, made_on, preimage_paths, reverse_applies, three_way_to_index
+from sglpatch.index_apply import (
+    add_tests_to_index,
+    apply_to_index,
+    check_exact,
+    made_on,
+    preimage_paths,
+    reverse_applies,
+    three_way_to_index,
+)
 from sglpatch.outcomes import Outcome
 from sglpatch.processes import run_tool, user_git_env
 from sglpatch.rebase.hand_port import prepare_hand_port
@@ -34,6 +44,7 @@ from sglpatch.series import METADATA_TRAILERS, PatchFile, SeriesPatch
 from sglpatch.tree_repo import ensure_tree_repo
 from sglpatch.witnesses import answer_cache, registry
 from sglpatch.witnesses.results import BUG, CLEAN, UNAVAILABLE, WitnessResult
+from sglpatch.witnesses.upstream_test import UpstreamTestWitness
 
 BRANCH_PREFIX = "sglpatch-upstream/"
 GH_TIMEOUT_S = 300
@@ -87,7 +98,7 @@ def export(
             ensure_tree_repo(repo, pristine)
             base_commit, label = pristine.commit, f"sglang {pin.version}"
             rendition = _rendition(patch, pin.version, repo, base_commit)
-            witness = registry.witness_for(rendition.trailer("Witness"), str(rendition.path))
+            checks = registry.witnesses_for(patch, rendition)
             tree = _apply_on_pin(patch, rendition, repo, base_commit, pins, pin.version, label)
         else:
             repo = Path(base_repo)
@@ -96,34 +107,22 @@ def export(
             # compiles against) is the closest description of a current checkout.
             pin, label = pins.newest, f"{base or 'HEAD'} ({base_commit[:12]}) of {repo}"
             rendition = _rendition(patch, None, repo, base_commit)
-            witness = registry.witness_for(rendition.trailer("Witness"), str(rendition.path))
+            checks = registry.witnesses_for(patch, rendition)
             tree = port_onto_ref(project, patch, repo, base_commit, pin, label, Path(scratch))
-        before = after = None
-        if witness is not None:
-            before = _witness(witness, repo, base_commit, pin, Path(scratch) / "before")
-            if before.state == CLEAN:
-                raise SglpatchError(
-                    f"{patch.name}: not needed at {label}: witness {witness.name} already passes there ({before.detail})"
-                )
-            whole = commit_tree(repo, tree, base_commit, "whole change")
-            after = _witness(witness, repo, whole, pin, Path(scratch) / "after")
-            if after.state == BUG:
-                raise SglpatchError(f"{patch.name}: witness {witness.name} still fails with the patch at {label}: {after.detail}")
-        for result in (before, after):
-            if result is not None and result.state == UNAVAILABLE:
-                raise SglpatchError(
-                    f"{patch.name}: witness {witness.name} could not run at {label} ({result.detail}); "
-                    "a pull request must say how it was tested, so nothing was exported"
-                )
-        tests = upstream_split.test_files(project.patches_dir, patch.stem)
+        tested = _Checks(patch.name, label, repo, base_commit, pin, Path(scratch))
+        # The patch's own witness (where it has one besides its tests) is a further check on the
+        # whole change: needed on the base, gone with the change.
+        own = next((w for w in checks if not isinstance(w, UpstreamTestWitness)), None)
+        own_run = tested.fails_then_passes(own, commit_tree(repo, tree, base_commit, "whole change")) if own else None
+        regression = next((w for w in checks if isinstance(w, UpstreamTestWitness)), None)
         message = message_without_trailers(rendition)
         parts = upstream_split.pr_parts(patch.name, rendition.subject, message, rendition.trailers,
-                                        preimage_or_new_paths(rendition.diff_text), list(tests))
+                                        preimage_or_new_paths(rendition.diff_text), [t.path for t in patch.tests])
         chosen = upstream_split.select_parts(patch.name, parts, part)
         planned = []
         for one in chosen:
             files = [p for p in changed_paths(repo, base_commit, tree) if one.carries(p)]
-            own_tests = {p: data for p, data in tests.items() if one.carries(p)}
+            own_tests = [t for t in patch.tests if one.carries(t.path)]
             part_tree = _part_tree(repo, base_commit, tree, files, own_tests, Path(scratch) / f"index-{one.name or 'all'}")
             text = one.text if one.name else message
             commit = upstream_commit(repo, rendition, part_tree, base_commit, signoff=signoff, title=one.title, text=text)
@@ -133,9 +132,10 @@ def export(
                     f"{patch.name}{' ' + one.name if one.name else ''}: sglang's pre-commit hooks refuse it "
                     f"({len(findings)} finding(s)):\n" + "\n".join(str(f) for f in findings)
                 )
-            planned.append((one, files, sorted(own_tests), commit))
+            run = _shown_run(tested, regression, own_tests, own, own_run, commit, [p.title for p in parts if p is not one])
+            planned.append((one, files, [t.path for t in own_tests], commit, run))
     exports = []
-    for one, files, own_tests, commit in planned:
+    for one, files, own_tests, commit, run in planned:
         stem = patch.stem + (f"-{one.name}" if one.name else "")
         branch = BRANCH_PREFIX + stem
         _set_branch(repo, branch, commit)
@@ -143,15 +143,14 @@ def export(
         folder.mkdir(parents=True, exist_ok=True)
         mbox = folder / f"{stem}.mbox"
         mbox.write_bytes(run_git(["format-patch", "-1", "--stdout", commit], repo).stdout)
-        others = [p.title for p in parts if p is not one]
-        run = None
-        if before is not None:
-            scope = ("The test ran with the whole change applied, this pull request and: " + "; ".join(others)) if others else ""
-            run = upstream_body.TestRun(_test_command(own_tests, before), before, after, scope)
         hooks_line = "clean (isort, black, codespell, clang-format)" if hooks else "not run"
+        others = [p.title for p in parts if p is not one]
+        # The releases' table comes from ``apply``, which runs the whole patch: say so for a part.
+        title = (f"The check on released sglang versions, run on the whole change (this pull request together with "
+                 f"{'; '.join(others)}), without / with it:") if others else upstream_body.MATRIX_TITLE
         body = upstream_body.render_body(one.text if one.name else message, files=[f for f in files if f not in own_tests],
                                          tests=own_tests, run=run, matrix=_matrix_results(project, patch.name),
-                                         hooks_clean=hooks)
+                                         hooks_clean=hooks, matrix_title=title)
         if range_diff:
             body += f"\n## Changes since the previous version of this series\n\n```\n{range_diff.rstrip()}\n```\n"
         body_path = folder / "PR.md"
@@ -162,18 +161,65 @@ def export(
     return exports
 
 
-def _witness(witness, repo: Path, commit: str, pin, dest: Path) -> WitnessResult:
-    """The witness's answer on ``commit`` (remembered by tree, as ``rebase`` remembers it)."""
-    tree = git_out(["rev-parse", f"{commit}^{{tree}}"], repo)
-    return answer_cache.run_cached(witness, tree, pin, lambda: checkout_commit(repo, commit, dest))
+@dataclass
+class _Checks:
+    """Runs a check on the base and on a commit of the export, and refuses what cannot go upstream:
+    a change its check says is not needed on the base, one its check still finds with the change,
+    and one whose check could not run (a pull request must say how it was tested)."""
+
+    patch: str
+    label: str
+    repo: Path
+    base_commit: str
+    pin: object
+    scratch: Path
+
+    def on(self, check, commit: str) -> WitnessResult:
+        """``check``'s answer on ``commit`` (remembered by tree, as ``rebase`` remembers it)."""
+        tree = git_out(["rev-parse", f"{commit}^{{tree}}"], self.repo)
+        dest = Path(tempfile.mkdtemp(dir=self.scratch, prefix="checkout-"))
+        return answer_cache.run_cached(check, tree, self.pin, lambda: checkout_commit(self.repo, commit, dest))
+
+    def fails_then_passes(self, check, commit: str, what: str = "") -> tuple[WitnessResult, WitnessResult]:
+        """``check`` on the base (must find the bug) and on ``commit`` (must pass)."""
+        name = what or f"witness {check.name}"
+        before = self.on(check, self.base_commit)
+        if before.state == CLEAN and what:
+            raise SglpatchError(f"{self.patch}: {name} passes without the change at {self.label} ({before.detail}), "
+                                "so it shows no bug there; a pull request's test must fail before it")
+        if before.state == CLEAN:
+            raise SglpatchError(f"{self.patch}: not needed at {self.label}: {name} already passes there ({before.detail})")
+        self._ran(name, before)
+        after = self.on(check, commit)
+        if after.state == BUG:
+            raise SglpatchError(f"{self.patch}: {name} still fails with the change at {self.label}: {after.detail}")
+        self._ran(name, after)
+        return before, after
+
+    def _ran(self, name: str, result: WitnessResult) -> None:
+        if result.state == UNAVAILABLE:
+            raise SglpatchError(
+                f"{self.patch}: {name} could not run at {self.label} ({result.detail}); "
+                "a pull request must say how it was tested, so nothing was exported"
+            )
 
 
-def _test_command(tests: list[str], before: WitnessResult) -> str:
-    """How a reviewer runs the check: the PR's test files, or (without one) the check's own name."""
-    runnable = [path for path in tests if path.endswith(".py")]
-    if runnable:
-        return "\n".join(f"python3 {path}" for path in runnable)
-    return f"# no unit test in this pull request yet; the check that ran: {before.summary()}"
+def _shown_run(tested: _Checks, regression, tests, own, own_run, commit: str, others: list[str]):
+    """What the pull request shows as its test: its own regression test files run without the
+    change and with this pull request's commit (the ``upstream-test`` check bound to just those
+    files); without a test file, the patch's own check on the whole change, said so."""
+    if regression is not None and tests:
+        check = type(regression)(regression.stem, tuple(tests))
+        names = ", ".join(Path(t.path).name for t in tests)
+        before, after = tested.fails_then_passes(check, commit, f"its regression test ({names})")
+        return upstream_body.TestRun("\n".join(f"python3 {t.path}" for t in tests if t.path.endswith(".py")),
+                                     before, after)
+    if own_run is None:
+        return None
+    before, after = own_run
+    scope = ("The test ran with the whole change applied, this pull request and: " + "; ".join(others)) if others else ""
+    return upstream_body.TestRun(f"# no unit test in this pull request yet; the check that ran: {before.summary()}",
+                                 before, after, scope)
 
 
 def _apply_on_pin(patch, rendition: PatchFile, repo: Path, base_commit: str, pins, version: str, label: str) -> str:
@@ -236,8 +282,9 @@ def preimage_or_new_paths(diff_text: str) -> list[str]:
     return re.findall(r"(?m)^diff --git a/\S+ b/(\S+)$", diff_text)
 
 
-def _part_tree(repo: Path, base: str, whole: str, files: list[str], tests: dict[str, bytes], index: Path) -> str:
-    """``base`` with ``files`` as the whole change has them and ``tests`` added."""
+def _part_tree(repo: Path, base: str, whole: str, files: list[str], tests, index: Path) -> str:
+    """``base`` with ``files`` as the whole change has them and ``tests`` (``series.RegressionTest``)
+    added at their upstream paths."""
     env = {"GIT_INDEX_FILE": str(index)}
     run_git(["read-tree", base], repo, env=env)
     for path in files:
@@ -248,10 +295,7 @@ def _part_tree(repo: Path, base: str, whole: str, files: list[str], tests: dict[
             run_git(["update-index", "--add", "--cacheinfo", f"{mode},{sha},{path}"], repo, env=env)
         else:
             run_git(["update-index", "--force-remove", "--", path], repo, env=env)
-    for path, data in tests.items():
-        sha = git_out(["hash-object", "-w", "--stdin"], repo, input=data)
-        run_git(["update-index", "--add", "--cacheinfo", f"100644,{sha},{path}"], repo, env=env)
-    return git_out(["write-tree"], repo, env=env)
+    return add_tests_to_index(repo, env, tests)
 
 
 def upstream_commit(repo: Path, rendition: PatchFile, tree: str, parent: str, *, signoff: bool = False,
@@ -340,13 +384,15 @@ def _matrix_results(project, name: str) -> list[str]:
     report = project.build_dir / "apply-report.json"
     if not report.exists():
         return []
+    found = [(pin["version"], outcome) for pin in json.loads(report.read_text())["pins"]
+             for outcome in pin["patches"] if outcome["name"] == name]
+    # The same check as the body shows: the regression test where the last apply ran it.
+    key = "tests" if any(outcome.get("tests_before") for _, outcome in found) else "witness"
     lines = []
-    for pin in json.loads(report.read_text())["pins"]:
-        for outcome in pin["patches"]:
-            if outcome["name"] == name:
-                before = outcome.get("witness_before") or "-"
-                after = outcome.get("witness_after") or "-"
-                lines.append(f"| {pin['version']} | {before} | {after} |")
+    for version, outcome in found:
+        before, after = outcome.get(f"{key}_before"), outcome.get(f"{key}_after")
+        if before or after:
+            lines.append(f"| {version} | {before or '-'} | {after or '-'} |")
     return lines
 
 

@@ -3,11 +3,13 @@
 A patch that carries two concerns (upstream reviews and merges them separately) says so in its
 trailers, one per pull request::
 
-    PR-Split: fp8-kv-default: python/sglang/srt/arg_groups/overrides.py
+    PR-Split: fp8-kv-default: python/sglang/srt/arg_groups/overrides.py, test/registered/unit/...
     PR-Split: inert-fusion-warning: python/sglang/srt/arg_groups/parallel_hook.py, test/registered/unit/...
 
 and its message gives each part's title and description after a line ``== NAME: TITLE ==``. Every
-file of the diff and every regression test of the patch belongs to exactly one part. The series
+file of the diff and every regression test of the patch (``SeriesPatch.tests``, by its path in
+upstream's repository) belongs to exactly one part: each pull request carries, and shows the run
+of, its own test. The series
 keeps one patch (one witness, one set of renditions, one lock entry); only ``upstream`` cuts it.
 """
 
@@ -15,13 +17,9 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from pathlib import Path
-
 from sglpatch.errors import SglpatchError
 
 SPLIT_TRAILER = "PR-Split"
-# Where a patch's regression tests live, in upstream's layout below this folder + the patch stem.
-TESTS_DIR = "tests"
 _SECTION_RE = re.compile(r"^== (?P<name>[A-Za-z0-9][\w.-]*): (?P<title>.+?) ==$", re.M)
 _TRAILER_LINE_RE = re.compile(rf"^{SPLIT_TRAILER}:.*$", re.M | re.I)
 
@@ -107,19 +105,6 @@ def _section_path(section: str) -> str:
     header = section.splitlines()[0]
     match = re.match(r"diff --git a/(\S+) b/(\S+)$", header)
     return match[2] if match else ""
-
-
-def test_files(patches_dir: Path, stem: str) -> dict[str, bytes]:
-    """The patch's regression tests (paths relative to the sglang repository root) and their bytes:
-    the files under ``patches/tests/<stem>/``."""
-    root = patches_dir / TESTS_DIR / stem
-    if not root.is_dir():
-        return {}
-    found = {}
-    for path in sorted(root.rglob("*")):
-        if path.is_file() and "__pycache__" not in path.parts:
-            found[path.relative_to(root).as_posix()] = path.read_bytes()
-    return found
 
 
 def without_split_markup(message: str) -> str:

@@ -51,7 +51,7 @@ def test_a_checks_long_output_is_shown_short_and_in_upstreams_words():
     assert "stand-in" not in body and "- [ ] Format your code" in body
 
 
-@pytest.mark.parametrize("word", ["witness", "rendition", "pin", "stand-in", "lock"])
+@pytest.mark.parametrize("word", ["witness", "rendition", "pin", "stand-in", "lock", "sglpatch", "nox"])
 def test_a_body_in_this_projects_words_is_refused(word):
     with pytest.raises(SglpatchError, match=f"'{word}' is this project's word"):
         upstream_body.render_body(f"Problem: the {word} says so.", files=[], tests=[], run=None, matrix=[], hooks_clean=True)
@@ -94,3 +94,10 @@ def test_a_malformed_split_is_one_line_naming_the_patch(trailers, problem):
 def test_an_unsplit_patch_is_one_pull_request_with_its_subject():
     [part] = upstream_split.pr_parts("p.patch", "[Quark] Fix", "Problem: x.", [("Witness", "w")], ["x.py"], ["t.py"])
     assert (part.name, part.title, part.carries("anything")) == ("", "[Quark] Fix", True)
+
+
+def test_what_a_cpu_run_rested_on_is_said_in_plain_words():
+    said = upstream_body.short_output("3 passed (test_x.py 3 run) [doubles: emulated gfx950 node; stand-ins aiter, "
+                                      "sgl_kernel; called: none]")
+    assert " ".join(said) == ("3 passed (test_x.py 3 run) (on CPU with gfx950 emulated and test doubles for aiter, "
+                              "sgl_kernel (none of them called))")

@@ -4,10 +4,17 @@ from __future__ import annotations
 
 import pytest
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 from conftest import TEST_WITNESSES, TextWitness, example_lines, format_patch, git, tree_files
 from sglpatch import upstream_pr
 from sglpatch.errors import SglpatchError
 from sglpatch.witnesses import registry
+from sglpatch.witnesses.results import BUG, CLEAN, WitnessResult
+from sglpatch.witnesses.upstream_test import UpstreamTestWitness
 
 KERNEL = "python/sglang/jit_kernel/csrc/kernel.cuh"
 BODY = """Problem: the kernel does not build on ROCm.
@@ -213,10 +220,50 @@ def test_a_patch_number_that_names_none_or_several_is_refused_naming_the_series(
 
 
 TEST_FILE = "test/registered/unit/jit_kernel/test_kernel_rocm_guard.py"
-TEST_TEXT = 'import unittest\n\n\nclass TestGuard(unittest.TestCase):\n    def test_guard(self):\n        pass\n\n\nif __name__ == "__main__":\n    unittest.main()\n'
+TEST_TEXT = """import unittest
 
 
-def test_the_branch_sits_on_the_clones_later_commit_and_carries_the_patchs_test(guard_project, tmp_path):
+class TestGuard(unittest.TestCase):
+    def test_the_cuda_runtime_include_is_guarded(self):
+        with open("python/sglang/jit_kernel/csrc/kernel.cuh") as f:
+            self.assertIn("#ifndef USE_ROCM", f.read())
+
+
+if __name__ == "__main__":
+    unittest.main()
+"""
+
+
+class PlainUnittest(UpstreamTestWitness):
+    """Test double for the ``upstream-test`` witness on the fake releases, which are no sglang (no
+    CPU Python, no CI collector): the patch's real test files, each run by ``python3 FILE`` at the
+    tree's root; bug when one fails, clean when all pass."""
+
+    version = "test-double"
+    probe_request = None  # not a CPU probe: answer_cache calls run()
+
+    def fingerprint(self, pin) -> str:
+        return "plain-" + "-".join(f"{t.path}:{hash(t.file.read_text())}" for t in self.tests)
+
+    def run(self, tree, pin) -> WitnessResult:
+        said = []
+        for test in self.tests:
+            done = subprocess.run([sys.executable, str(test.file)], cwd=tree, capture_output=True, text=True,
+                                  env={"PATH": os.environ["PATH"]})
+            if done.returncode:
+                raised = [line for line in done.stderr.splitlines() if line.startswith(("AssertionError", "FileNotFound"))]
+                said.append(f"{Path(test.path).name}: " + (raised or done.stderr.strip().splitlines())[-1])
+        if said:
+            return WitnessResult(self.name, BUG, "unittest", "; ".join(said))
+        return WitnessResult(self.name, CLEAN, "unittest", f"{len(self.tests)} file(s) passed")
+
+
+@pytest.fixture
+def plain_unittest(monkeypatch):
+    monkeypatch.setattr(registry, "UpstreamTestWitness", PlainUnittest)
+
+
+def test_the_branch_sits_on_the_clones_later_commit_and_carries_the_patchs_test(guard_project, tmp_path, plain_unittest):
     # A clone with real history: the release's files as a tagged commit, then a later upstream
     # commit that touches the very file the patch edits.
     repo = _base_repo(tmp_path)
@@ -238,6 +285,9 @@ def test_the_branch_sits_on_the_clones_later_commit_and_carries_the_patchs_test(
     body = result.body.read_text()
     assert f"```bash\npython3 {TEST_FILE}\n```" in body and f"- `{TEST_FILE}` (new regression test)" in body
     assert result.tests == (TEST_FILE,)
+    # The run shown is the test's own: failing without the change, passing with it.
+    assert "Without the change it fails:\n\n```\ntest_kernel_rocm_guard.py: AssertionError: '#ifndef USE_ROCM' not found" in body
+    assert "With the change it passes:\n\n```\n1 file(s) passed\n```" in body
 
 
 SPLIT_BODY = """Two changes.
@@ -284,6 +334,54 @@ def test_a_pr_split_patch_leaves_as_one_pull_request_per_part(fake_project, tmp_
     [only] = upstream_pr.export(project, "0001-guard", base="main", base_repo=repo, out=tmp_path / "o2", hooks=False,
                                 part="note")
     assert only.commit == note.commit
+
+
+NOTE_TEST = "test/registered/unit/test_note.py"
+NOTE_TEXT = """import os
+import unittest
+
+
+class TestNote(unittest.TestCase):
+    def test_the_note_says_why(self):
+        self.assertTrue(os.path.exists("python/sglang/NOTE.md"), "no NOTE.md")
+
+
+if __name__ == "__main__":
+    unittest.main()
+"""
+
+
+def test_each_pr_split_part_carries_and_shows_its_own_test_run_on_its_own_commit(fake_project, tmp_path, plain_unittest):
+    project, readme = _split_project(fake_project, tmp_path, {"PR-Split": f"guard: {KERNEL}, {TEST_FILE}"})
+    path = project.patches_dir / "0001-guard.patch"
+    path.write_text(path.read_text().replace(f"PR-Split: guard: {KERNEL}, {TEST_FILE}\n",
+                                             f"PR-Split: guard: {KERNEL}, {TEST_FILE}\nPR-Split: note: {readme}, {NOTE_TEST}\n"))
+    for name, text in ((TEST_FILE, TEST_TEXT), (NOTE_TEST, NOTE_TEXT)):
+        (project.patches_dir / "tests" / "0001-guard" / name).parent.mkdir(parents=True, exist_ok=True)
+        (project.patches_dir / "tests" / "0001-guard" / name).write_text(text)
+    repo = _base_repo(tmp_path)
+    guard, note = _export(project, repo, tmp_path)
+    base = git(repo, "rev-parse", "main").strip()
+    assert git(repo, "diff", "--name-only", base, guard.commit).split() == [KERNEL, TEST_FILE]
+    assert git(repo, "diff", "--name-only", base, note.commit).split() == [readme, NOTE_TEST]
+    assert (guard.tests, note.tests) == ((TEST_FILE,), (NOTE_TEST,))
+    for result, test, other, needle in ((guard, TEST_FILE, NOTE_TEST, "'#ifndef USE_ROCM' not found"), (note, NOTE_TEST, TEST_FILE, "False is not true : no NOTE.md")):
+        body = result.body.read_text()
+        assert f"```bash\npython3 {test}\n```" in body and other not in body
+        assert f"Without the change it fails:\n\n```\n{Path(test).name}: AssertionError: {needle}" in body
+        assert "With the change it passes:\n\n```\n1 file(s) passed\n```" in body
+        assert "whole change applied" not in body  # each part's test ran on that part's own commit
+
+
+def test_a_pr_whose_test_already_passes_without_the_change_is_refused(guard_project, tmp_path, plain_unittest):
+    tests = guard_project.project.patches_dir / "tests" / "0001-guard"
+    (tests / TEST_FILE).parent.mkdir(parents=True)
+    (tests / TEST_FILE).write_text(TEST_TEXT.replace('self.assertIn("#ifndef USE_ROCM", f.read())', "f.read()"))
+    repo = _base_repo(tmp_path)
+    with pytest.raises(SglpatchError, match=r"^0001-guard.patch: its regression test \(test_kernel_rocm_guard.py\) passes "
+                                            r"without the change at main .*so it shows no bug there"):
+        _export(guard_project.project, repo, tmp_path)
+    assert "sglpatch-upstream" not in git(repo, "branch")
 
 
 def test_a_file_in_no_pr_split_part_is_refused_in_one_line(fake_project, tmp_path):

@@ -238,7 +238,7 @@ def _new_patch(project, tmp_path) -> None:
 @pytest.mark.network
 def test_a_new_fix_with_only_a_test_is_witnessed_locked_and_exported(project_copy, tmp_path):
     from sglpatch import cli
-    from sglpatch.project import apply_series
+    from sglpatch.apply_pins import apply_series
 
     project = project_copy
     _new_patch(project, tmp_path)
@@ -263,7 +263,9 @@ def test_a_new_fix_with_only_a_test_is_witnessed_locked_and_exported(project_cop
     assert cli.main(["--root", str(project.root), "upstream", NEW_STEM, "--out", str(out)]) == 0
     mbox = (out / NEW_STEM / f"{NEW_STEM}.mbox").read_text()
     assert "register_musa_ci" in mbox and "Witness:" not in mbox
-    assert (out / NEW_STEM / "PR.md").is_file()
+    body = (out / NEW_STEM / "PR.md").read_text()
+    assert f"```bash\npython3 {NEW_TEST_PATH}\n```" in body
+    assert "Without the change it fails:" in body and "With the change it passes:" in body
 
 
 def test_the_tests_go_into_the_pull_requests_tree_at_their_upstream_paths(fake_project, tmp_path):
