@@ -21,6 +21,7 @@ from sglpatch.commands import (
     profile,
     quark_mtp_exclude,
     rebase,
+    rehearse,
     series,
     status,
     upstream,
@@ -31,7 +32,7 @@ from sglpatch.errors import SglpatchError, Unavailable
 from sglpatch.project import Project
 
 VERBS = (apply, witness, check, pins, fetch, cpu_env, patch, export, image, upstream, rebase, status,
-         watch, series, profile, quark_mtp_exclude, matrix, bench)  # in the order --help lists them
+         watch, series, profile, quark_mtp_exclude, matrix, bench, rehearse)  # in the order --help lists them
 
 DESCRIPTION = """\
 Reproducible fixes for sglang on AMD ROCm: a versioned patch series applied to

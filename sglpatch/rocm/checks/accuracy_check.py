@@ -16,6 +16,7 @@ import json
 import re
 import subprocess
 import sys
+import urllib.parse
 import urllib.request
 from pathlib import Path
 
@@ -41,7 +42,10 @@ def server_accept_length() -> float | None:
 
 def evaluate(config: dict) -> dict:
     # sglang's own few-shot GSM8K: greedy (temperature 0 by default), its own answer extraction.
-    host, port = serve_check.URL.rsplit(":", 1)
+    # The host without its scheme: 0.5.23's few_shot_gsm8k (normalize_base_url) prefixes "http://"
+    # itself and would ask for http://http://...; 0.5.10 took either and warned about the scheme.
+    address = urllib.parse.urlsplit(serve_check.URL)
+    host, port = address.hostname, str(address.port)
     command = [sys.executable, "-m", "sglang.test.few_shot_gsm8k", "--num-questions", str(config.get("questions", 200)),
                "--num-shots", str(config.get("shots", 5)), "--host", host, "--port", port]
     if config.get("data_path"):

@@ -1,0 +1,32 @@
+"""``sglpatch rehearse PIN``: the ROCm job's in-image checks against the pin's real sglang server on
+CPU, and a table of what ran and what could not (docs/rehearsal.md). It records no verdict."""
+
+from __future__ import annotations
+
+import signal
+import sys
+
+from sglpatch import exitcodes
+from sglpatch.cli_options import add, say
+
+
+def register(sub) -> None:
+    parser = add(sub, "rehearse", run, "rehearse the ROCm job's checks against the pin's real sglang server on CPU "
+                 "(one server per pin; records no verdict)")
+    parser.add_argument("pins", nargs="+", help="pin versions, rehearsed one after the other")
+
+
+def run(project, args) -> int:
+    from sglpatch.rehearsal.runner import rehearse, render
+
+    # SIGTERM (a CI timeout, a person's kill) unwinds like an error: the held server is stopped.
+    previous = signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
+    try:
+        results = []
+        for version in project.pins().select(args.pins):
+            rehearsal = rehearse(project, version.version, on_log=lambda line: say(args, line))
+            say(args, render(rehearsal))
+            results.append(rehearsal)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    return exitcodes.OK if all(r.ok for r in results) else exitcodes.FAILED
