@@ -209,7 +209,7 @@ def rehearse(session: nox.Session) -> None:
     """The ROCm job's in-image checks against each named pin's real sglang server on CPU, one
     server per pin, and the table of what ran: `nox -s rehearse -- 0.5.23` (docs/rehearsal.md)."""
     if not session.posargs:
-        session.error("name the pins to rehearse: nox -s rehearse -- 0.5.23")
+        session.error("name the pins to rehearse: nox -s rehearse -- 0.5.23 (or -- --oldest-and-newest)")
     _sglpatch(session, "rehearse")
 
 

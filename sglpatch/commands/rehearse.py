@@ -6,14 +6,19 @@ from __future__ import annotations
 import signal
 import sys
 
+from packaging.version import Version
+
 from sglpatch import exitcodes
 from sglpatch.cli_options import add, say
+from sglpatch.errors import SglpatchError
 
 
 def register(sub) -> None:
     parser = add(sub, "rehearse", run, "rehearse the ROCm job's checks against the pin's real sglang server on CPU "
                  "(one server per pin; records no verdict)")
-    parser.add_argument("pins", nargs="+", help="pin versions, rehearsed one after the other")
+    parser.add_argument("pins", nargs="*", help="pin versions, rehearsed one after the other")
+    parser.add_argument("--oldest-and-newest", action="store_true",
+                        help="the oldest and the newest pin (what CI rehearses), after any named")
 
 
 def run(project, args) -> int:
@@ -21,9 +26,15 @@ def run(project, args) -> int:
 
     # SIGTERM (a CI timeout, a person's kill) unwinds like an error: the held server is stopped.
     previous = signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
+    pins = project.pins().select(args.pins) if args.pins else []
+    if args.oldest_and_newest:
+        every = sorted(project.pins().select(None), key=lambda pin: Version(pin.version))
+        pins += [pin for pin in (every[0], every[-1]) if pin not in pins]
+    if not pins:
+        raise SglpatchError("rehearse: name the pins to rehearse, or --oldest-and-newest")
     try:
         results = []
-        for version in project.pins().select(args.pins):
+        for version in pins:
             rehearsal = rehearse(project, version.version, on_log=lambda line: say(args, line))
             say(args, render(rehearsal))
             results.append(rehearsal)

@@ -223,6 +223,8 @@ def _load(rehearsal, python, env, folder, server_info, launch, on_log) -> None:
     judge_figures(Cell("rocm", "load", rehearsal.pin), dict(figures), record, synthetic=False)
     problems = [f"{part.name}: {part.detail}" for part in record.parts if part.outcome == FAILED]
     asked, resolved = figures.get("flags_asked") or {}, figures.get("flags_resolved") or {}
+    if figures.get("log_error"):
+        problems.append(figures["log_error"])
     missing = sorted(set(asked) - set(resolved))
     if missing:
         problems.append(f"/server_info does not report {', '.join(missing)}")
