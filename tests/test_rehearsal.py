@@ -119,3 +119,43 @@ def test_the_local_gsm8k_file_has_the_shape_few_shot_gsm8k_reads(tmp_path):
         assert set(row) == {"question", "answer"}
         # few_shot_gsm8k's labels: the number after the last "####"
         assert re.fullmatch(r"-?\d+", row["answer"].split("####")[-1].strip())
+
+
+FAKE_CLIENT = """\
+import json, sys
+with open(sys.argv[1], "a") as log:  # what the held server logs while the client runs
+    log.write("Cache flushed successfully\\nPrefill batch, #new-token: 4, #cached-token: 6, x\\n")
+out = sys.argv[sys.argv.index("--output-file") + 1]
+port = sys.argv[sys.argv.index("--port") + 1]
+with open(out, "a") as f:
+    f.write(json.dumps({"request_rate": 1.0, "duration": 0.5, "ttfts": [0.1, 0.2], "itls": [[0.01], [0.01]],
+                        "input_lens": [10, 10], "output_lens": [2, 2], "errors": ["", ""], "port": port}) + "\\n")
+"""
+
+
+def test_bench_run_measures_an_attached_server_without_starting_one(tmp_path, monkeypatch, capsys):
+    """The rehearsal shares one server per pin: a variant that names a held server (a stand-in
+    client here, writing the per-request shape bench_serving writes) is measured on its port and
+    its log, and bench_run starts and stops nothing."""
+    monkeypatch.syspath_prepend(str(CHECKS))
+    import bench_run
+    import serve_check
+
+    def no_server(*args, **kwargs):
+        raise AssertionError("an attached variant started a server")
+
+    monkeypatch.setattr(serve_check, "Server", no_server)
+    client = tmp_path / "client.py"
+    client.write_text(FAKE_CLIENT)
+    log = tmp_path / "server.log"
+    log.write_text("Prefill batch, #new-token: 9, #cached-token: 0, before the run\n")
+    config = {"out": str(tmp_path / "out"), "timeout": 1, "client": {"prefix": [sys.executable], "module": str(client)},
+              "variants": [{"name": "as-shipped", "argv": ["--device", "cpu"], "env": {},
+                            "attach": {"port": 40999, "log": str(log), "healthy_s": 12.5}}],
+              "runs": [{"rate": 1.0, "args": [str(log)]}], "power_interval_s": 0.05}
+    assert bench_run.main(config) == 0
+    entry = json.loads(capsys.readouterr().out.strip().splitlines()[-1])["variants"]["as-shipped"]
+    assert entry["healthy_s"] == 12.5 and entry["server_log"] == str(log)
+    run = entry["runs"][0]
+    assert run["exit"] == 0 and "--port 40999" in run["command"]
+    assert run["figures"]["ttft_p95_s"] is not None and run["figures"]["cache_hit_rate"] == 0.6
