@@ -9,7 +9,10 @@ import os
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
+
+import pytest
 
 from conftest import REPO_ROOT
 from sglpatch.rehearsal import gsm8k
@@ -159,3 +162,64 @@ def test_bench_run_measures_an_attached_server_without_starting_one(tmp_path, mo
     run = entry["runs"][0]
     assert run["exit"] == 0 and "--port 40999" in run["command"]
     assert run["figures"]["ttft_p95_s"] is not None and run["figures"]["cache_hit_rate"] == 0.6
+
+
+STANDIN_LAUNCH_SERVER = """\
+# A stand-in for sglang.launch_server (test double): answers /health, and starts a child of its
+# own as sglang starts its scheduler, so stopping must reach a whole process group.
+import http.server, subprocess, sys
+port = int(sys.argv[sys.argv.index("--port") + 1])
+child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+print(f"standin-child {child.pid}", flush=True)
+
+class Health(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200)
+        self.end_headers()
+
+    def log_message(self, *args):
+        pass
+
+http.server.HTTPServer(("127.0.0.1", port), Health).serve_forever()
+"""
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+@pytest.mark.parametrize("hold_dies_first", [False, True], ids=["stopped", "hold-killed-first"])
+def test_the_held_standin_server_is_stopped_with_every_process_it_started(tmp_path, hold_dies_first):
+    """serve_check's serve mode holding a stand-in launch_server (no real sglang: the stopping is
+    what is tested): stop() leaves none of its processes, also when the hold itself was killed
+    first and sglang's group was orphaned."""
+    from sglpatch.rehearsal.held_server import HeldServer
+
+    package = tmp_path / "standin" / "sglang"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "launch_server.py").write_text(STANDIN_LAUNCH_SERVER)
+    log = tmp_path / "server.log"
+    server = HeldServer(Path(sys.executable), ["--model-path", "x"], {}, {"PATH": os.environ["PATH"],
+                        "PYTHONPATH": str(tmp_path / "standin")}, log, timeout=60, on_line=lambda line: None)
+    try:
+        report = server.wait(120)
+        assert report["serving"], report
+        child = int(re.search(r"standin-child (\d+)", log.read_text()).group(1))
+        launcher = os.getpgid(child)
+        assert _alive(child) and launcher != os.getpgid(server.process.pid)
+        if hold_dies_first:
+            os.kill(server.process.pid, 9)
+            server.process.wait(timeout=30)
+            assert _alive(child)  # orphaned: out of the hold's process tree
+    finally:
+        server.stop()
+    for _ in range(50):
+        if not _alive(child) and not _alive(launcher):
+            break
+        time.sleep(0.1)
+    assert not _alive(child) and not _alive(launcher)

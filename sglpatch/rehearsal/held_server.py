@@ -2,9 +2,9 @@
 server container runs it, here a child process of the pin's server Python. It starts sglang, waits
 for health and prints its report; it holds sglang until it gets SIGTERM, then stops it.
 
-Stopping never depends on that going well: every process the hold started (sglang runs in a
-process group of its own) is found through /proc before the hold is asked to stop, and whatever
-is left of those groups afterwards is killed. ``stop`` runs from a ``finally``, from ``atexit``
+Stopping never depends on that going well: every process group the hold started (sglang runs in
+a group of its own) is found through /proc once the hold reports and again before it is asked to
+stop, and whatever is left of those groups afterwards is killed. ``stop`` runs from a ``finally``, from ``atexit``
 and on SIGTERM, so a failed or interrupted rehearsal leaves no server behind.
 """
 
@@ -71,6 +71,7 @@ class HeldServer:
         self._reported = threading.Event()
         self._on_line = on_line
         self._stopped = False
+        self._groups: set[int] = set()  # sglang's process groups, seen once it reported
         config = {"mode": "serve", "argv": launch_argv, "env": launch_env, "port": self.port, "timeout": timeout,
                   "health_poll_s": 1.0, "log": str(log)}
         self.command = [str(python), str(CHECKS / "serve_check.py"), json.dumps(config)]
@@ -99,13 +100,15 @@ class HeldServer:
             return {"serving": False, "healthy_s": None, "error": f"the serve mode reported nothing in {limit} s"}
         if self.report is None:
             return {"serving": False, "healthy_s": None, "error": f"the serve mode exited ({self.process.poll()}) before it reported"}
+        # Now, while the hold is alive: a hold that dies later leaves sglang orphaned, out of its tree.
+        self._groups |= _process_groups(_descendants(self.process.pid))
         return self.report
 
     def stop(self) -> None:
         if self._stopped:
             return
         self._stopped = True
-        groups = _process_groups(_descendants(self.process.pid)) | {self.process.pid}
+        groups = self._groups | _process_groups(_descendants(self.process.pid)) | {self.process.pid}
         if self.process.poll() is None:
             self.process.send_signal(signal.SIGTERM)  # the hold stops sglang (its own group) and exits
             try:
