@@ -29,6 +29,7 @@ import re
 import signal
 import subprocess
 import time
+import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -232,8 +233,23 @@ def _load(rehearsal, python, env, folder, server_info, launch, on_log) -> None:
     rehearsal.lines.append(Line("load: one generate, flags read back from /server_info", RAN,
                                 f"asked {asked}, /server_info says {resolved}; generate {figures.get('generate')!r:.40}; "
                                 f"the job's judge: {parts}", seconds, problems))
+    # A checked flag the CPU launch cannot ask for is still looked up where the check looks, with
+    # the check's own lookup: a field renamed or gone from /server_info would show here.
+    fields = serve_check.find_fields(_server_info(server_info["url"]), set(serve_check.CHECKED_FLAGS.values()))
     for flag, why in launch.not_asked.items():
-        rehearsal.lines.append(Line(f"load: {flag} read back", NOT_ON_CPU, why))
+        found = f"/server_info has {flag} (= {fields[flag]!r})" if flag in fields else f"/server_info has no {flag}"
+        rehearsal.lines.append(Line(f"load: {flag} asked and read back", NOT_ON_CPU, f"{why}; {found}", None,
+                                    [] if flag in fields else [f"/server_info does not report {flag}"]))
+
+
+def _server_info(url: str) -> dict:
+    for path in ("/server_info", "/get_server_info"):  # as serve_check.resolved_flags asks
+        try:
+            with urllib.request.urlopen(f"{url}{path}", timeout=60) as response:
+                return json.loads(response.read())
+        except (OSError, ValueError):
+            continue
+    return {}
 
 
 def _bench(rehearsal, project, put, python, env, folder, server, report, launch, on_log) -> None:
