@@ -286,6 +286,13 @@ def _bench(rehearsal, project, put, python, env, folder, server, report, launch,
             for key in ("ttft_p95_s", "achieved_rps", "output_tok_s"):
                 if figure.get(key) is None:
                     problems.append(f"rate {run.get('rate')}: no {key} from the client's per-request output")
+            # Our percentiles against the client's own summary of the same requests: the median on
+            # every pin, p95 where the client has it (0.5.14 on).
+            for ours, theirs in (("ttft_p50_s", "client_median_ttft_ms"), ("ttft_p95_s", "client_p95_ttft_ms")):
+                if figure.get(ours) is not None and figure.get(theirs) is not None:
+                    if abs(figure[ours] * 1000 - figure[theirs]) > 1e-3:
+                        problems.append(f"rate {run.get('rate')}: {ours} {figure[ours] * 1000:.3f} ms, the client's "
+                                        f"{theirs} {figure[theirs]:.3f} ms")
             if name == "serving":
                 # The dataset's shared prefix makes the rate known in advance: our computation from
                 # the client's (or the server log's) cached tokens must find it.
@@ -300,6 +307,8 @@ def _bench(rehearsal, project, put, python, env, folder, server, report, launch,
             f"achieved {_n(f.get('achieved_rps'))} RPS, {_n(f.get('output_tok_s'))} tok/s"
             + (f", cache hit {_n(f.get('cache_hit_rate'))} ({f.get('cache_hit_source', '')[:28]})" if name == "serving" else "")
             for run, f in zip(record.runs, figures))
+        agreed = [key for key in ("client_median_ttft_ms", "client_p95_ttft_ms") if all(f.get(key) is not None for f in figures)]
+        shown += f"; our TTFT percentiles checked against the client's own {' and '.join(agreed)}" if agreed else ""
         rehearsal.lines.append(Line(check, RAN, shown + f"; knee at {_n(record.knee_achieved_rps)} achieved RPS"
                                     if name == "serving" else shown, seconds, problems))
         powers = [(run.get("power") or {}) for run in record.runs]
