@@ -1,4 +1,4 @@
-"""nox sessions: thin doors onto the sglpatch library (see README.md).
+"""nox sessions: thin doors onto the sglpatch library (see README.md and the manual, docs/).
 
     nox -s apply                 apply the series to every pin (nox -s apply -- 0.5.14 for one)
     nox -s check                 lint the series and its patches
@@ -8,8 +8,9 @@
     nox -s watch                 rebase onto every release on the index newer than the newest pin
     nox -s tests                 the test suite, in parallel
     nox -s rehearse -- PIN       the ROCm job's checks against the pin's real sglang server on CPU
+    nox -s docs                  the manual (MkDocs + Material), strictly: into build/site
 
-The test matrix (README "Test matrix"): one session per cell, tagged by the tier that runs it.
+The test matrix (docs/ci.md): one session per cell, tagged by the tier that runs it.
 
     nox -t cpu                   every CPU cell: build(cpu, PIN), load(cpu, PIN), spec(cpu, PIN, D)
     nox -s cpu-tier              the same cells in one run, a pin per core at a time (what CI runs)
@@ -20,7 +21,7 @@ The test matrix (README "Test matrix"): one session per cell, tagged by the tier
                                  server per launch configuration shared by the checks that launch it
     nox -s report                the matrix table from the records in build/matrix/records
 
-The bench (README "Bench"), on ROCm nodes: tagged rocm and bench, skipping here with the reason.
+The bench (docs/bench.md), on ROCm nodes: tagged rocm and bench, skipping here with the reason.
 
     nox -t bench                 bench(rocm, PIN, serving|single-stream) and accuracy(rocm, PIN)
     nox -s "bench(rocm, 0.5.23, serving)"   the write-up's sweep: table with tok/s/W, and the plot
@@ -222,6 +223,14 @@ def tests(session: nox.Session) -> None:
     session.run("pytest", "-n", "auto", "--dist", "worksteal", *session.posargs)
 
 
+@nox.session(default=False)
+def docs(session: nox.Session) -> None:
+    """Build the manual into build/site (mkdocs build --strict: a broken link or anchor, or a page
+    the nav leaves out, fails it); the command reference is generated from sglpatch's own parser."""
+    session.install("-e", ".[docs]")
+    session.run("mkdocs", "build", "--strict", *session.posargs)
+
+
 # -- the test matrix ---------------------------------------------------------------------------
 # Every cell is its own session, so CI can fan them out; they share one environment, nox's own
 # matrix-env session, which each requires (so -R and --no-install work as nox users expect),
@@ -324,7 +333,7 @@ def report(session: nox.Session) -> None:
     session.run(_matrix_python(session), "-m", "sglpatch", "matrix", "report", *session.posargs, external=True)
 
 
-# -- the bench (README "Bench"): the write-up's workloads and the accuracy gate on ROCm nodes ----
+# -- the bench (docs/bench.md): the write-up's workloads and the accuracy gate on ROCm nodes ----
 # Tagged rocm and bench; they skip, saying why, where there is no docker engine or no /dev/kfd.
 
 BENCH_WORKLOADS = ("serving", "single-stream")

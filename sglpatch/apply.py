@@ -28,7 +28,7 @@ from sglpatch import gitcmd
 from sglpatch.gitcmd import git_out, run_git
 from sglpatch.index_apply import (apply_to_index, check_exact, commit_patch, conflict_detail, display_name, made_on,
                                   reverse_applies, three_way_to_index)
-from sglpatch.lock import check_entry, compare_entry
+from sglpatch.lock import check_entry, compare_entry, unchecked_verdicts
 from sglpatch.outcomes import FAILURES, Outcome
 from sglpatch.pins import Pin
 from sglpatch.series import PatchFile, Series
@@ -54,6 +54,8 @@ class PatchOutcome:
     needed: bool | None = None  # None: no witness could tell
     witness_before: str = ""
     witness_after: str = ""
+    tests_before: str = ""  # the patch's regression tests (upstream-test), where they ran beside its witness
+    tests_after: str = ""
     reverse_applies: bool = False  # the pin already holds exactly this change
     unproven: str = ""  # with --allow-unavailable: why the witness could not prove this outcome
 
@@ -63,7 +65,10 @@ class PatchOutcome:
         not what it is: ``lock`` compares entries without it."""
         if not self.witness_before:
             return {}
-        return {"witness": {"pristine": self.witness_before, "patched": self.witness_after or "-"}}
+        record = {"witness": {"pristine": self.witness_before, "patched": self.witness_after or "-"}}
+        if self.tests_before:
+            record["tests"] = {"pristine": self.tests_before, "patched": self.tests_after or "-"}
+        return record
 
 
 @dataclass
@@ -77,6 +82,9 @@ class PinResult:
     lock: str = ""
     error: str = ""
     patches: list[PatchOutcome] = field(default_factory=list)
+    # Classified by text alone: the lock's verdicts that only a witness gives, left unchecked
+    # (the trees and commits being the lock's), one per patch whose status differs.
+    unchecked: list[str] = field(default_factory=list)
 
     def lock_entry(self, artifact_sha256: str) -> dict:
         return {
@@ -132,6 +140,18 @@ def apply_pin(
                 )
                 return result
             key = pin.version if pristine.source == "index" else f"{pin.version}@{pristine.source}"
+            unchecked = None if run_witnesses else unchecked_verdicts(lock_path, key, result.lock_entry(pin.sha256))
+            if unchecked is not None:
+                # What text alone decided is the lock's; the witnesses' verdicts (and their records)
+                # stand as locked, even with --update-lock: text alone has nothing to add.
+                result.lock, result.unchecked = "matches", unchecked
+                if record:
+                    at = on_branch_at(tree_path, result.commit)
+                    if not discard_local and not at:
+                        refuse_to_lose_work(tree_path, result.commit)
+                    move_branch(tree_path, result.commit, at)
+                result.ok = True
+                return result
             if not record:
                 check = compare_entry(lock_path, key, result.lock_entry(pin.sha256))
                 result.lock = check.state
@@ -162,16 +182,14 @@ def apply_pin(
 
 def _inputs_key(
     pin: Pin, pristine: Pristine, renditions: list[tuple[str, PatchFile | None]], run_witnesses: bool,
-    pins: tuple[Pin, ...],
+    pins: tuple[Pin, ...], checks: dict[str, list] | None = None,
 ) -> str:
     """What an apply result depends on: the pristine commit, every rendition's bytes and the pins
     whose trees its three-way apply could read, git's version, and with witnesses each witness's
-    fingerprint for the pin (its code, environment and toolchain)."""
-    prints = (
-        sorted(f"{w.name}-{answer_cache.fingerprint(w, pin)}" for w in registry.registry().values())
-        if run_witnesses
-        else []
-    )
+    fingerprint for the pin (its code, environment and toolchain; a patch's tests' bytes)."""
+    witnesses = {w.name: w for w in registry.registry().values()}
+    witnesses.update({w.name: w for ws in (checks or {}).values() for w in ws})
+    prints = sorted(f"{w.name}-{answer_cache.fingerprint(w, pin)}" for w in witnesses.values()) if run_witnesses else []
     digest = hashlib.sha256(f"sglpatch-apply-6\0{pristine.commit}\0{gitcmd.version()}\0{prints}\0".encode())
     for name, rendition in renditions:
         digest.update(name.encode() + b"\0" + (rendition.raw if rendition else b"-") + b"\0")
@@ -192,7 +210,12 @@ def _build(
     pins: tuple[Pin, ...] = (),
 ) -> None:
     selected = [(patch.name, patch.for_version(pin.version)) for patch in series.patches]
-    key = _inputs_key(pin, pristine, selected, run_witnesses, pins)
+    checks = {
+        patch.name: registry.witnesses_for(patch, rendition)
+        for patch, (_, rendition) in zip(series.patches, selected)
+        if rendition is not None and run_witnesses
+    }
+    key = _inputs_key(pin, pristine, selected, run_witnesses, pins, checks)
     memo = tree_path / ".git" / RESULTS_DIR / f"{key}.json"
     if memo.exists():
         saved = json.loads(memo.read_text())
@@ -206,7 +229,7 @@ def _build(
             problems = patch_problems(rendition, series.directory.parent)
             if problems:
                 raise SglpatchError("; ".join(str(problem) for problem in problems))
-    _apply_all(tree_path, pin, pristine, selected, result, run_witnesses, allow_unavailable, pins)
+    _apply_all(tree_path, pin, pristine, selected, result, checks, allow_unavailable, pins)
     # An unavailable witness may be available next time; only settled answers are remembered.
     settled = not any(o.unproven for o in result.patches)
     if settled and not any(outcome.status in FAILURES for outcome in result.patches):
@@ -221,40 +244,64 @@ def _apply_all(
     pristine: Pristine,
     selected: list[tuple[str, PatchFile | None]],
     result: PinResult,
-    run_witnesses: bool,
+    checks: dict[str, list],
     allow_unavailable: bool = False,
     pins: tuple[Pin, ...] = (),
 ) -> None:
-    checks = {
-        name: registry.witness_for(rendition.trailer("Witness"), str(rendition.path))
-        for name, rendition in selected
-        if rendition is not None and run_witnesses
-    }
+    """``checks``: each patch's witnesses (``registry.witnesses_for``), its own first; every one
+    must find the bug on the pristine tree or the patch is not needed, and pass on the patched."""
+    checks = {name: witnesses for name, witnesses in checks.items() if witnesses}
     with Checkouts(tree_path) as checkouts:
         pristine_tree = _tree_of(tree_path, pristine.commit)
         answers = _witnessed(
-            [w for w in checks.values() if w is not None], pristine_tree, pin, "pristine",
+            [w for ws in checks.values() for w in ws], pristine_tree, pin, "pristine",
             lambda: checkouts.get(pristine.commit),
         )
-        before = {name: answers[witness.name] for name, witness in checks.items() if witness is not None}
+        before = {name: _together([answers[w.name] for w in ws]) for name, ws in checks.items()}
         _apply_commits(tree_path, pin, pristine, selected, result, before, allow_unavailable, pins)
+        for outcome in result.patches:
+            if outcome.witness_before and len(checks.get(outcome.name, ())) > 1:
+                first, tests = checks[outcome.name][0], checks[outcome.name][1]
+                outcome.witness_before = answers[first.name].summary()
+                outcome.tests_before = answers[tests.name].summary()
         to_confirm = [
             outcome for outcome in result.patches
-            if checks.get(outcome.name) is not None and outcome.status not in (Outcome.NOT_NEEDED, Outcome.NOT_APPLICABLE, *FAILURES)
+            if outcome.name in checks and outcome.status not in (Outcome.NOT_NEEDED, Outcome.NOT_APPLICABLE, *FAILURES)
         ]
         answers = _witnessed(
-            [checks[o.name] for o in to_confirm], result.tree, pin, "patched", lambda: checkouts.get(result.commit)
+            [w for o in to_confirm for w in checks[o.name]], result.tree, pin, "patched",
+            lambda: checkouts.get(result.commit),
         )
         for outcome in to_confirm:
-            witness = checks[outcome.name]
-            after = answers[witness.name]
-            outcome.witness_after = after.summary()
-            if after.state == BUG:
-                outcome.status = Outcome.WITNESS_FAILED
-                outcome.detail = f"witness {witness.name} still finds the bug after the series: {after.detail}"
-            elif after.state == UNAVAILABLE:
-                _unavailable(outcome, f"witness {witness.name} could not run on the patched tree: {after.detail}",
-                             allow_unavailable)
+            witnesses = checks[outcome.name]
+            outcome.witness_after = answers[witnesses[0].name].summary()
+            if len(witnesses) > 1:
+                outcome.tests_after = answers[witnesses[1].name].summary()
+            for witness in witnesses:
+                after = answers[witness.name]
+                if after.state == BUG:
+                    outcome.status = Outcome.WITNESS_FAILED
+                    outcome.detail = f"witness {witness.name} still finds the bug after the series: {after.detail}"
+                    break
+                if after.state == UNAVAILABLE:
+                    _unavailable(outcome, f"witness {witness.name} could not run on the patched tree: {after.detail}",
+                                 allow_unavailable)
+                    if not allow_unavailable:
+                        break
+
+
+def _together(results: list[WitnessResult]) -> WitnessResult:
+    """One patch's witnesses on one tree as one answer: unavailable when any could not run, the
+    bug when any finds it, clean when all pass."""
+    if len(results) == 1:
+        return results[0]
+    for state in (UNAVAILABLE, BUG):
+        some = [r for r in results if r.state == state]
+        if some:
+            return WitnessResult(", ".join(r.witness for r in some), state, some[0].level,
+                                 "; ".join(f"{r.witness}: {r.detail}" for r in some))
+    return WitnessResult(", ".join(r.witness for r in results), CLEAN, results[0].level,
+                         "; ".join(f"{r.witness}: {r.detail}" for r in results))
 
 
 def _apply_commits(

@@ -30,7 +30,7 @@ from sglpatch.errors import SglpatchError
 from sglpatch.gitcmd import git_out, run_git
 from sglpatch.lock import read_lock
 from sglpatch.outcomes import APPLIED_STATES
-from sglpatch.project import apply_series
+from sglpatch.apply_pins import apply_series
 from sglpatch.series import RENDITIONS_DIR, SERIES_FILE, PatchFile, series_entries
 from sglpatch.sources import PRISTINE_REF
 from sglpatch.tree_repo import BRANCH
@@ -86,7 +86,7 @@ def refresh(project, version: str, rendition_of: str | None = None) -> list[Refr
     for patch in series.patches:
         rendition = patch.for_version(version)
         if rendition is not None:
-            by_subject[_subject(rendition.subject)] = (patch, rendition)
+            by_subject[am_subject(rendition.subject, tree)] = (patch, rendition)
     commits = git_out(["rev-list", "--reverse", f"{PRISTINE_REF}..refs/heads/{BRANCH}"], tree).split()
     if not commits:
         raise SglpatchError(f"{tree}: branch {BRANCH} holds no commit on top of the pristine release")
@@ -100,12 +100,13 @@ def refresh(project, version: str, rendition_of: str | None = None) -> list[Refr
     new_entries: list[str] = []
     number = _next_number(project.patches_dir)
     for commit in commits:
-        subject = _subject(git_out(["log", "-1", "--format=%s", commit], tree))
+        subject = am_subject(git_out(["log", "-1", "--format=%s", commit], tree), tree)
         known = by_subject.get(subject)
         if known is not None:
             patch, rendition = known
             text = _format_patch(tree, commit, number=None)
             own = locked.get(patch.name, "")
+            text = _with_subject_of(text, rendition.raw)
             if _same_patch(text, rendition.raw) or (own and _same_change(tree, commit, own)):
                 written.append(Refreshed(rendition.path, "unchanged", subject))
             else:
@@ -132,7 +133,9 @@ def refresh(project, version: str, rendition_of: str | None = None) -> list[Refr
         current = series_file.read_text()
         cache.write_atomically(series_file, current + ("" if current.endswith("\n") else "\n") + "".join(f"{n}\n" for n in new_entries))
     for commit, item in zip(commits, written):
-        if item.action != "unchanged":
+        # An unchanged patch's commit that is not the series' own (a rebase made it anew) is the
+        # user's too: apply replaces it only where it is kept.
+        if item.action != "unchanged" or commit not in locked.values():
             run_git(["update-ref", f"{REFRESHED_REFS}{item.path.stem}-{commit[:12]}", commit], tree)
     return written
 
@@ -143,8 +146,43 @@ def problems_of(project, refreshed: list[Refreshed]) -> list[str]:
     return [str(p) for p in check_series(project.patches_dir, project.pins()) if p.path in paths]
 
 
-def _subject(text: str) -> str:
-    return re.sub(r"\s+", " ", re.sub(r"^\[PATCH[^\]]*\]\s*", "", text)).strip()
+def am_subject(text: str, cwd: Path) -> str:
+    """The subject ``git am`` gives a commit of a patch with this subject: git's own rules
+    (``git mailinfo``), which drop every leading bracketed prefix (``[PATCH v2]``, and the
+    ``[AMD]``/``[Quark]`` of upstream's titles too), ``Re:`` and folded whitespace. A subject
+    already rewritten so is given back as it is, so a commit's and a patch's subjects compare."""
+    with tempfile.TemporaryDirectory(prefix="sglpatch-mail-") as scratch:
+        message = f"Subject: {' '.join(text.split())}\n\n".encode()
+        info = run_git(["mailinfo", str(Path(scratch) / "msg"), str(Path(scratch) / "patch")], cwd, input=message)
+    for line in info.stdout.decode(errors="replace").splitlines():
+        if line.startswith("Subject: "):
+            return line.removeprefix("Subject: ").strip()
+    return ""
+
+
+def _subject_header(text: bytes) -> tuple[int, int, list[bytes]]:
+    """(first line, end line, lines) of the patch's ``Subject:`` header, folded lines included."""
+    lines = text.split(b"\n")
+    for start, line in enumerate(lines):
+        if line == b"":
+            break
+        if line.startswith(b"Subject:"):
+            end = start + 1
+            while end < len(lines) and lines[end][:1] in (b" ", b"\t"):
+                end += 1
+            return start, end, lines
+    return -1, -1, lines
+
+
+def _with_subject_of(text: bytes, original: bytes) -> bytes:
+    """``text`` (git format-patch of a commit) with the subject header of the patch it came from:
+    git am dropped the patch's bracketed prefixes from the commit, and writing the patch back
+    must not drop them from the series."""
+    start, end, lines = _subject_header(text)
+    first, last, old = _subject_header(original)
+    if start < 0 or first < 0:
+        return text
+    return b"\n".join([*lines[:start], *old[first:last], *lines[end:]])
 
 
 def _next_number(patches_dir: Path) -> int:

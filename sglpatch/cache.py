@@ -140,6 +140,15 @@ def remove(path: Path) -> None:
 # -- remembered answers ---------------------------------------------------------------------------
 
 ANSWERS_ENV = "SGLPATCH_ANSWERS_DIR"
+# Switches of sglpatch's own that child processes see (``probe_children.PASSED_TO_PROBES``) and that
+# change what they answer, but that no answer's key holds: while one is set, no answer is kept and
+# none is replayed, so an answer given under it never reaches a run without it.
+SWITCHES_OUTSIDE_KEYS = ("SGLPATCH_STANDIN_RECORD",)
+
+
+def switches_set() -> list[str]:
+    """The switches outside the keys that are set now (``SWITCHES_OUTSIDE_KEYS``)."""
+    return [name for name in SWITCHES_OUTSIDE_KEYS if os.environ.get(name)]
 
 
 def answers_root() -> Path:
@@ -168,7 +177,10 @@ class Memo:
         return answers_root() / self.kind / f"{key}.json"
 
     def get(self, key: str):
-        """The value kept under ``key``, or None (never kept, or damaged: then it is removed)."""
+        """The value kept under ``key``, or None (never kept, or damaged: then it is removed; or a
+        switch outside the keys is set: ``switches_set``)."""
+        if switches_set():
+            return None
         path = self.path(key)
         try:
             return json.loads(path.read_text())
@@ -179,6 +191,8 @@ class Memo:
             return None
 
     def put(self, key: str, value) -> None:
+        if switches_set():
+            return  # answered under a switch no key holds
         write_atomically(self.path(key), json.dumps(value, indent=1, sort_keys=True))
 
     def lock(self, key: str):

@@ -16,11 +16,13 @@ from sglpatch.series import (
     RENDITIONS_DIR,
     REQUIRED_TRAILERS,
     SERIES_FILE,
+    TESTS_DIR,
     UPSTREAM_STATUS_RE,
     UPSTREAM_STATUS_VOCABULARY,
     PatchFile,
     Problem,
     parse_patch_file,
+    regression_tests,
     series_entries,
     series_version,
 )
@@ -62,6 +64,11 @@ def check_series(patches_dir: Path, pins: Pins) -> list[Problem]:
             problems.extend(patch_problems(patch, patches_dir.parent))
             parsed.append(patch)
         problems.extend(_coverage_problems(name, parsed, pins))
+        problems.extend(_test_problems(patches_dir, main, parsed))
+    tests_root = patches_dir / TESTS_DIR
+    for folder in sorted(tests_root.iterdir()) if tests_root.is_dir() else ():
+        if folder.name not in {Path(name).stem for _, name in entries}:
+            problems.append(Problem(folder, 1, f"regression tests of no patch listed in {series_path.name}"))
     for stray in sorted(patches_dir.rglob("*.patch")):
         if stray not in listed:
             problems.append(Problem(stray, 1, f"not listed in {series_path.name} (nor a rendition of a listed patch)"))
@@ -109,6 +116,66 @@ def _metadata_problems(patch: PatchFile, project_root: Path | None = None) -> li
         if value is not None and not value:
             problems.append(Problem(patch.path, patch.trailer_lines.get(key.lower(), 1), f"{key} is empty"))
     problems.extend(_origin_problems(patch, project_root))
+    return problems
+
+
+UPSTREAM_TEST_ROOT = "test/registered/unit/"
+
+
+def _test_problems(patches_dir: Path, main: Path, parsed: list[PatchFile]) -> list[Problem]:
+    """A patch's regression tests (``patches/tests/<stem>/``) must be sglang CPU unit tests at
+    their upstream path, registered and runnable as its suite runner requires. Once the series
+    keeps tests (``patches/tests/`` exists), a patch still needed on the newest pin (its main
+    file has no ``Fixed-Upstream-In``) must have one: it is what its pull request proves the fix
+    with."""
+    tests = regression_tests(patches_dir, main.stem)
+    problems = []
+    for test in tests:
+        name = test.path.rsplit("/", 1)[-1]
+        if not (test.path.startswith(UPSTREAM_TEST_ROOT) and name.startswith("test_") and name.endswith(".py")):
+            problems.append(Problem(test.file, 1, f"not a test in sglang's layout: {UPSTREAM_TEST_ROOT}<path mirroring "
+                                                  "python/sglang/srt>/test_*.py, under "
+                                                  f"{TESTS_DIR}/{main.stem}/"))
+            continue
+        problems.extend(_runnable_problems(test.file))
+    head = next((p for p in parsed if p.path == main), None)
+    if head is None:
+        return problems
+    names_tests = (head.trailer("Witness") or "").split()[:1] == [registry.UPSTREAM_TEST]
+    if not tests and (names_tests or ((patches_dir / TESTS_DIR).is_dir() and not head.trailer("Fixed-Upstream-In"))):
+        problems.append(Problem(main, head.trailer_lines.get("witness", 1),
+                                f"no regression test: add {TESTS_DIR}/{main.stem}/{UPSTREAM_TEST_ROOT}<path mirroring "
+                                "python/sglang/srt>/test_*.py (a patch upstream already fixed says so with "
+                                "Fixed-Upstream-In)"))
+    return problems
+
+
+def _runnable_problems(path: Path) -> list[Problem]:
+    """What sglang's own CI collector (``sglang.test.ci.ci_register``) refuses: no
+    ``register_cpu_ci(...)`` call at the top, no ``if __name__ == "__main__":`` block that runs."""
+    import ast
+
+    try:
+        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    except (SyntaxError, UnicodeDecodeError) as exc:
+        return [Problem(path, getattr(exc, "lineno", 1) or 1, f"does not parse: {exc}")]
+    registered = any(
+        isinstance(node, ast.Expr) and isinstance(node.value, ast.Call)
+        and getattr(node.value.func, "id", getattr(node.value.func, "attr", "")) == "register_cpu_ci"
+        for node in tree.body
+    )
+    main = any(
+        isinstance(node, ast.If) and isinstance(node.test, ast.Compare)
+        and getattr(node.test.left, "id", "") == "__name__"
+        and any(isinstance(c, ast.Constant) and c.value == "__main__" for c in node.test.comparators)
+        and any(isinstance(n, ast.Call) for n in ast.walk(node))
+        for node in tree.body
+    )
+    problems = []
+    if not registered:
+        problems.append(Problem(path, 1, 'no register_cpu_ci(est_time=..., suite="base-a-test-cpu") call at the top'))
+    if not main:
+        problems.append(Problem(path, 1, 'no `if __name__ == "__main__": unittest.main()` block'))
     return problems
 
 

@@ -1,38 +1,46 @@
-"""The sglpatch command line: one verb per file in sglpatch/commands/, each a door onto the library."""
+"""The sglpatch command line: one verb per file in sglpatch/commands/, each a door onto the library.
+
+A verb's module is imported only when that verb runs or its own help is asked for: the list of
+verbs (``sglpatch``, ``sglpatch --help``) and a light verb (``sglpatch pins``) do not pay for
+importing the heavy ones (``parser()`` with no verb named builds them all, for the command
+reference and the tests)."""
 
 from __future__ import annotations
 
 import argparse
+import difflib
+import importlib
 import sys
 from pathlib import Path
 
 from sglpatch import __version__, exitcodes, progress
-from sglpatch.commands import (
-    apply,
-    bench,
-    check,
-    cpu_env,
-    export,
-    fetch,
-    image,
-    matrix,
-    patch,
-    pins,
-    profile,
-    quark_mtp_exclude,
-    rebase,
-    rehearse,
-    series,
-    status,
-    upstream,
-    watch,
-    witness,
-)
 from sglpatch.errors import SglpatchError, Unavailable
 from sglpatch.project import Project
 
-VERBS = (apply, witness, check, pins, fetch, cpu_env, patch, export, image, upstream, rebase, status,
-         watch, series, profile, quark_mtp_exclude, matrix, bench, rehearse)  # in the order --help lists them
+# Each verb's one line, in the order --help lists them; its module is sglpatch.commands.<name with _>.
+# tests/test_cli.py keeps each line equal to the one the verb's own parser registers.
+VERBS = {
+    "apply": "apply the series to pinned sglang releases",
+    "witness": "run each patch's witness on pins, pristine and patched (records nothing)",
+    "check": "lint the series, patches, trailers and renditions",
+    "pins": "list the pinned releases",
+    "fetch": "build (or reuse) the pristine commit of pins",
+    "cpu-env": "build (or reuse) the CPU Python the witnesses' probes run in",
+    "patch": "write patches on a pin's tree: start, refresh (quilt and git habits)",
+    "export": "a pin's applied series as a quilt folder or an mbox for git am",
+    "image": "build the pin's patched image FROM its released ROCm image (docker)",
+    "upstream": "prepare one patch as upstream pull requests",
+    "rebase": "rebase the series onto a new sglang release",
+    "status": "the last apply's Upstream-Status suggestions; --write puts them in the patches",
+    "watch": "rebase the series onto every release on the index newer than the newest pin",
+    "series": "series versions: bump, diff",
+    "profile": "print a launch profile as a command line",
+    "quark-mtp-exclude": "copy a Quark checkpoint's MTP exclude entries under sglang's decoder names (config.json only)",
+    "matrix": "the test matrix: run a cell, list cells, render the table, plan CI",
+    "bench": "the bench: run a workload, the accuracy gate, MoE tuning, report, compare",
+    "rehearse": "the ROCm job's checks against each pin's real sglang server on CPU (records no verdict)",
+}
+ALL = "*"
 
 DESCRIPTION = """\
 Reproducible fixes for sglang on AMD ROCm: a versioned patch series applied to
@@ -41,7 +49,20 @@ upstream pull requests. `sglpatch COMMAND --help` tells more of each command."""
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    verb = verb_in(argv)
+    if verb is not None and verb not in VERBS:
+        print(f"sglpatch: error: {unknown_verb(verb)}", file=sys.stderr)
+        return exitcodes.USAGE
+    top = parser(verb)
+    wrong = verb and unknown_action(top, verb, argv[argv.index(verb) + 1:])
+    if wrong:
+        print(f"sglpatch {verb}: error: {wrong}", file=sys.stderr)
+        return exitcodes.USAGE
+    args = top.parse_args(argv)
+    if getattr(args, "run", None) is None:
+        print(verb_list(), file=sys.stderr)
+        return exitcodes.USAGE
     progress.configure("quiet" if args.quiet else "auto")
     try:
         project = Project.find(args.root) if args.needs_project else None
@@ -58,17 +79,74 @@ def main(argv: list[str] | None = None) -> int:
         progress.stop()
 
 
-def parser() -> argparse.ArgumentParser:
+def parser(verb: str | None = ALL) -> argparse.ArgumentParser:
+    """sglpatch's parser: every verb's own (the default), only ``verb``'s with the others listed
+    by name and line, or (None) only the list."""
     top = argparse.ArgumentParser(
         prog="sglpatch",
         description=DESCRIPTION,
         epilog=exitcodes.TABLE,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    top.add_argument("--version", action="version", version=f"sglpatch {__version__}")
-    top.add_argument("--root", type=Path, default=None, help="the project folder (default: found from here)")
-    top.add_argument("-q", "--quiet", action="store_true", help="no progress display; only results and errors")
-    sub = top.add_subparsers(required=True, metavar="COMMAND")
-    for module in VERBS:
-        module.register(sub)
+    _top_options(top)
+    sub = top.add_subparsers(metavar="COMMAND")
+    for name, line in VERBS.items():
+        if verb in (ALL, name):
+            importlib.import_module(f"sglpatch.commands.{name.replace('-', '_')}").register(sub)
+        else:
+            sub.add_parser(name, help=line)
     return top
+
+
+def _top_options(top: argparse.ArgumentParser) -> None:
+    top.add_argument("--version", action="version", version=f"sglpatch {__version__}")
+    top.add_argument("--root", type=Path, default=None, help="the project folder (default: the one around the current folder, else the clone sglpatch was installed from)")
+    top.add_argument("-q", "--quiet", action="store_true", help="no progress display; only results and errors")
+
+
+def verb_in(argv: list[str]) -> str | None:
+    """The verb ``argv`` names: its first word that is neither one of sglpatch's own options nor
+    their value (None when there is none)."""
+    pre = argparse.ArgumentParser(add_help=False, exit_on_error=False)
+    pre.add_argument("--root")
+    pre.add_argument("-q", "--quiet", action="store_true")
+    pre.add_argument("verb", nargs="?")
+    pre.add_argument("rest", nargs=argparse.REMAINDER)
+    try:
+        known, _ = pre.parse_known_args(argv)
+    except argparse.ArgumentError:  # a malformed --root: the real parser says so
+        return None
+    return known.verb
+
+
+def unknown_verb(word: str) -> str:
+    """A word that is no verb, with the nearest verb where one is near (as git does)."""
+    near = difflib.get_close_matches(word, VERBS, n=1, cutoff=0.6)
+    if near:
+        return f"'{word}' is not a command; did you mean '{near[0]}'?"
+    return f"'{word}' is not a command.\n\n{verb_list()}"
+
+
+def unknown_action(top: argparse.ArgumentParser, verb: str, rest: list[str]) -> str | None:
+    """For a verb with actions (``matrix run``, ``patch refresh``): a word after it that is no
+    action, with the nearest action where one is near."""
+    actions = _choices(_choices(top)[verb])
+    word = next((item for item in rest if not item.startswith("-")), None)
+    if not actions or word is None or word in actions:
+        return None
+    near = difflib.get_close_matches(word, actions, n=1, cutoff=0.6)
+    hint = f"did you mean '{near[0]}'?" if near else f"its actions: {', '.join(actions)}"
+    return f"'{word}' is not an action of {verb}; {hint}"
+
+
+def _choices(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+    subparsers = [action for action in parser._actions if isinstance(action, argparse._SubParsersAction)]
+    return subparsers[0].choices if subparsers else {}
+
+
+def verb_list() -> str:
+    """The verbs, one line each: what ``sglpatch`` alone prints."""
+    width = max(map(len, VERBS))
+    lines = [f"  {name:<{width}}  {line}" for name, line in VERBS.items()]
+    return "\n".join(["usage: sglpatch [--root ROOT] [-q] COMMAND [ARGS]", "", "commands:", *lines, "",
+                      "`sglpatch COMMAND --help` tells more of each command; `sglpatch --help` the exit statuses."])

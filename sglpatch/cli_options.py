@@ -8,7 +8,7 @@ import json
 import sys
 from pathlib import Path
 
-from sglpatch import progress, workers
+from sglpatch import progress
 
 
 def add(sub, name: str, run, help: str, *, needs_project: bool = True) -> argparse.ArgumentParser:
@@ -30,9 +30,20 @@ def witness_mode(parser: argparse.ArgumentParser) -> None:
     )
 
 
+class _Given(argparse.Action):
+    """Stores the value and notes that it was given (``args.given``): a verb can refuse a flag that
+    means nothing in the mode it runs in, even where the value given equals the default."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        setattr(namespace, self.dest, values)
+        namespace.given = {*getattr(namespace, "given", ()), self.dest}
+
+
 def jobs_flag(parser: argparse.ArgumentParser, what: str) -> None:
+    from sglpatch import workers  # multiprocessing: only the verbs that take -j pay for it
+
     parser.add_argument(
-        "-j", "--jobs", type=_positive, default=workers.default_jobs(), metavar="N",
+        "-j", "--jobs", type=_positive, default=workers.default_jobs(), metavar="N", action=_Given,
         help=f"{what} in N worker processes at once (default: the machine's cores, at most {workers.MAX_DEFAULT_JOBS})",
     )
 

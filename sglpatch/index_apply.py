@@ -171,3 +171,13 @@ def commit_as_patch(repo: Path, commit: str, *, zero_commit: bool = False) -> by
     ``zero_commit`` its ``From`` line names no commit, as the series' files do."""
     return run_git(["format-patch", "-1", "--stdout", "--no-signature", *(["--zero-commit"] if zero_commit else []), commit],
                    repo).stdout
+
+
+def add_tests_to_index(repo: Path, env: dict[str, str], tests) -> str:
+    """A patch's regression tests (``series.RegressionTest``: ``path`` in upstream's repository,
+    ``file`` beside the patch) added to the index at their upstream paths, as the patch's pull
+    request adds them; returns the index's tree."""
+    for test in tests:
+        blob = git_out(["hash-object", "-w", str(Path(test.file).resolve())], repo)
+        run_git(["update-index", "--add", "--cacheinfo", f"100644,{blob},{test.path}"], repo, env=env)
+    return git_out(["write-tree"], repo, env=env)

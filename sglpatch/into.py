@@ -16,10 +16,15 @@ what the lock records of the proof. A series that gives another tree (a patch ed
 refused, naming the patch, unless ``witness``: then the witnesses prove the series here first, as
 ``sglpatch witness`` does (in a scratch folder: build/ and the lock are left alone). Either way:
 
-- in a git checkout, one commit per patch on the current branch (the patch's author and message,
-  the user as committer), the work tree moved by git itself, which refuses to overwrite local
-  changes;
+- in a git checkout (a clone, a linked worktree or a submodule: its git directory is asked of
+  git), one commit per patch on the current branch or the detached HEAD (the patch's author and
+  message, the user as committer: git's own identity, or git's own request for one), the work
+  tree moved by git itself, which refuses to overwrite local changes; refused, as git refuses,
+  while a rebase, merge, am, cherry-pick, revert or bisect is in progress;
 - in a plain folder, the files are rewritten in place, each atomically, after all are computed.
+
+A checkout whose files the series touches are already the series' result is left alone and said
+to be so ("already applied").
 """
 
 from __future__ import annotations
@@ -36,12 +41,12 @@ from pathlib import Path
 from sglpatch import cache, diffs, sources
 from sglpatch.authoring import applied_renditions
 from sglpatch.errors import SglpatchError
-from sglpatch.gitcmd import IDENTITY_EMAIL, IDENTITY_NAME, borrow_objects, git_out, run_git
+from sglpatch.gitcmd import borrow_objects, git_out, run_git
 from sglpatch.index_apply import commit_patch, display_name, made_on, three_way_to_index
 from sglpatch.lock import read_lock
 from sglpatch.outcomes import APPLIED_STATES, FAILURES, Outcome
 from sglpatch.processes import run_tool, user_git_env
-from sglpatch.project import apply_series
+from sglpatch.apply_pins import apply_series
 from sglpatch.series import PatchFile
 
 USER_GIT_TIMEOUT_S = 300
@@ -49,14 +54,39 @@ _LEVEL = re.compile(r"\[[^\]]+\]")  # the level a witness answer ran at, as Witn
 _SCM_VERSION = re.compile(r"""^(?:__version__\s*=\s*)?version\s*=\s*['"]([^'"]+)['"]""", re.MULTILINE)
 
 
+# What git itself reads for the committer's identity, beside the configuration files in HOME.
+IDENTITY_ENV = ("GIT_COMMITTER_NAME", "GIT_COMMITTER_EMAIL", "EMAIL", "GIT_CONFIG_GLOBAL", "GIT_CONFIG_SYSTEM",
+                "GIT_CONFIG_NOSYSTEM")
+# The operations git refuses to start another beside, by the file each leaves in the git
+# directory (as git status tells them apart), with how git says to end each.
+IN_PROGRESS = (
+    ("rebase-merge", "a rebase is in progress", "git rebase --continue or git rebase --abort"),
+    ("rebase-apply/applying", "'git am' is in progress", "git am --continue or git am --abort"),
+    ("rebase-apply", "a rebase is in progress", "git rebase --continue or git rebase --abort"),
+    ("MERGE_HEAD", "a merge is in progress", "git merge --continue or git merge --abort"),
+    ("CHERRY_PICK_HEAD", "a cherry-pick is in progress", "git cherry-pick --continue or git cherry-pick --abort"),
+    ("REVERT_HEAD", "a revert is in progress", "git revert --continue or git revert --abort"),
+    ("BISECT_LOG", "a bisect is in progress", "git bisect reset"),
+)
+
+
 @dataclass
 class IntoResult:
     checkout: Path
     version: str
-    how: str  # "git commits" or "files rewritten"
+    how: str  # "git commits", "files rewritten" or "already applied"
     commits: list[str] = field(default_factory=list)
     files: list[str] = field(default_factory=list)
-    proof: str = ""  # "as locked (...)" or "witnessed here (...)"
+    proof: str = ""  # "as locked (...)" or "witnessed here (...)": in full
+    summary: str = ""  # the proof in one short line, for a person
+    details: list[str] = field(default_factory=list)  # the proof of each patch, one line each
+    branch: str = ""  # the branch the commits are on; "" on a detached HEAD or a plain folder
+    head_before: str = ""  # HEAD before the commits (what undoes them)
+    subjects: list[str] = field(default_factory=list)  # of the commits, in order
+
+    @property
+    def mode(self) -> str:
+        return "as locked" if self.proof.startswith("as locked") else "as witnessed here"
 
 
 @dataclass
@@ -71,6 +101,7 @@ class LockedSeries:
     renditions: list[tuple[str, PatchFile]]  # (series name, rendition) the lock applies, in order
     commits: list[str]
     proof: str  # what the lock records of the witnesses that proved the entry
+    details: list[str] = field(default_factory=list)  # the same, one line per patch
 
 
 def checkout_version(checkout: Path) -> tuple[str | None, str]:
@@ -84,6 +115,12 @@ def checkout_version(checkout: Path) -> tuple[str | None, str]:
         tag = run_git(["describe", "--tags", "--exact-match", "HEAD"], checkout, check=False)
         if tag.returncode == 0:
             return tag.stdout.decode().strip().removeprefix("v"), "the git tag at HEAD"
+        # Below commits of its own (the series applied before, a fix of the user's): the nearest
+        # release tag. Every file the series touches is still compared with the release's.
+        tag = run_git(["describe", "--tags", "--abbrev=0", "--match", "v[0-9]*", "HEAD"], checkout, check=False)
+        if tag.returncode == 0:
+            name = tag.stdout.decode().strip()
+            return name.removeprefix("v"), f"the nearest git tag below HEAD, {name}"
     for info in sorted((checkout / "python").glob("sglang*.egg-info/PKG-INFO")):
         match = re.search(r"^Version: (.+)$", info.read_text(errors="replace"), re.MULTILINE)
         if match:
@@ -102,8 +139,11 @@ def apply_into(project, checkout: Path, pin_name: str | None = None, *, witness:
         with tempfile.TemporaryDirectory(prefix="sglpatch-into-") as scratch:
             return _witnessed_into(project, checkout, pin, Path(scratch), allow_unavailable)
     with locked_series(project, pin) as locked:
-        return _into(checkout, locked.repo, pin.version, locked.pristine, locked.renditions, locked.commits,
-                     locked.commit, f"as locked ({locked.proof})")
+        done = _into(checkout, locked.repo, pin.version, locked.pristine, locked.renditions, locked.commits,
+                     locked.commit, f"as locked ({locked.proof})",
+                     f"as locked: series.lock's tree {locked.tree[:12]}, remade here; no witness ran")
+    done.details = locked.details
+    return done
 
 
 def _pin_of(project, checkout: Path, pin_name: str | None):
@@ -123,14 +163,20 @@ def _pin_of(project, checkout: Path, pin_name: str | None):
 
 
 def _into(checkout: Path, repo: Path, version: str, pristine: str, renditions, commits: list[str], final: str,
-          proof: str) -> IntoResult:
+          proof: str, summary: str) -> IntoResult:
     touched = sorted({path for _, rendition in renditions for path in _paths(rendition)})
-    _refuse_unless_pristine(checkout, repo, pristine, touched, version)
-    if _is_git(checkout):
-        done = _into_git(checkout, repo, version, renditions, commits, touched)
+    is_git = _is_git(checkout)
+    if is_git:
+        _refuse_during_an_operation(checkout)
+    if touched and _already_applied(checkout, repo, final, touched):
+        done = IntoResult(checkout, version, "already applied", [], touched)
     else:
-        done = _into_folder(checkout, repo, version, final, touched)
-    done.proof = proof
+        _refuse_unless_pristine(checkout, repo, pristine, touched, version)
+        if is_git:
+            done = _into_git(checkout, repo, version, renditions, commits, touched)
+        else:
+            done = _into_folder(checkout, repo, version, final, touched)
+    done.proof, done.summary = proof, summary
     return done
 
 
@@ -211,13 +257,25 @@ def locked_series(project, pin) -> Iterator[LockedSeries]:
                 f"{str(entry.get('tree'))[:12]} (commit {str(entry.get('commit'))[:12]}); refused: {_REPROVE}"
             )
         yield LockedSeries(version, repo, pristine.commit, parent, tree, renditions, commits,
-                           f"series.lock tree {tree[:12]}; {locked_proof(entry)}")
+                           f"series.lock tree {tree[:12]}; {locked_proof(entry)}", _proof_parts(entry)[0])
 
 
 def locked_proof(entry: dict) -> str:
     """What the lock entry records of the witnesses that settled each patch: its outcome, and,
     where the entry records it (a patch's ``witness`` record), the witness's answers on the
     pristine and the patched tree with the level each ran at (``answer [level]``, or ``level``)."""
+    parts, answered, levelled = _proof_parts(entry)
+    recorded = "; ".join(parts) or "no patches"
+    if levelled:
+        return f"proven in the lock by: {recorded}"
+    if answered:
+        return f"the lock records the witnesses' answers but no level: {recorded}"
+    return f"the lock records no witness level, only each patch's outcome: {recorded}"
+
+
+def _proof_parts(entry: dict) -> tuple[list[str], bool, bool]:
+    """(each patch's outcome and witness answers as the lock records them, whether any answer is
+    recorded, whether any level is)."""
     parts, answered, levelled = [], False, False
     for outcome in entry.get("patches", []):
         number = str(outcome.get("name", "?")).split("-", 1)[0]
@@ -234,12 +292,7 @@ def locked_proof(entry: dict) -> str:
                     levelled = levelled or key == "level" or bool(_LEVEL.search(value))
             answered = answered or bool(said)
         parts.append(f"{number} {outcome.get('status', '?')}" + (f" (witness {', '.join(said)})" if said else ""))
-    recorded = "; ".join(parts) or "no patches"
-    if levelled:
-        return f"proven in the lock by: {recorded}"
-    if answered:
-        return f"the lock records the witnesses' answers but no level: {recorded}"
-    return f"the lock records no witness level, only each patch's outcome: {recorded}"
+    return parts, answered, levelled
 
 
 # -- witnessed here -----------------------------------------------------------------------------
@@ -260,17 +313,24 @@ def _witnessed_into(project, checkout: Path, pin, scratch: Path, allow_unavailab
     commits = git_out(["rev-list", "--reverse", f"{result.pristine}..{result.commit}"], tree).split()
     if len(commits) != len(renditions):
         raise SglpatchError(f"{tree}: {len(commits)} commits for {len(renditions)} applied patches; run again")
-    said = "; ".join(
+    details = [
         f"{o.name.split('-', 1)[0]} {o.status}"
         + (f", witness {' -> '.join(filter(None, (o.witness_before, o.witness_after)))}"
            if o.witness_before or o.witness_after else "")
         + (" UNPROVEN" if o.unproven else "")
         for o in result.patches
-    )
+    ]
+    said = "; ".join(details)
     lock = {"not in the lock": "series.lock has no entry for it", "matches": "the same as series.lock"}.get(
         result.lock, "differs from series.lock, which is left as it was")
-    return _into(checkout, tree, pin.version, result.pristine, renditions, commits, result.commit,
-                 f"witnessed here ({said}; {lock})")
+    unproven = sum(1 for o in result.patches if o.unproven)
+    short = f"each patch's witness ran here ({', '.join(f'{o.name[:4]} {o.status}' for o in result.patches)})"
+    done = _into(checkout, tree, pin.version, result.pristine, renditions, commits, result.commit,
+                 f"witnessed here ({said}; {lock})",
+                 short + (f"; {unproven} UNPROVEN (-v says why)" if unproven else ""))
+    done.details = details + [f"{o.name.split('-', 1)[0]} UNPROVEN: {o.unproven}" for o in result.patches if o.unproven]
+    done.details.append(f"series.lock: {lock}")
+    return done
 
 
 # -- into the checkout --------------------------------------------------------------------------
@@ -304,6 +364,51 @@ def _refuse_unless_pristine(checkout: Path, tree: Path, pristine: str, touched: 
             )
 
 
+def _already_applied(checkout: Path, tree: Path, final: str, touched: list[str]) -> bool:
+    """Whether every file the series touches is already as the series leaves it."""
+    for path in touched:
+        expected, local = _blob(tree, final, path), checkout / path
+        if expected is None:
+            if local.exists() or local.is_symlink():
+                return False
+        elif not local.is_file() or local.is_symlink() or local.read_bytes() != expected:
+            return False
+    return True
+
+
+def _git_path(checkout: Path, *names: str) -> list[Path]:
+    """Where git keeps ``names`` for this checkout, as git itself says (``--git-path``): a linked
+    worktree's or a submodule's git directory is not ``.git/``."""
+    args = ["rev-parse", "--path-format=absolute", *(arg for name in names for arg in ("--git-path", name))]
+    return [Path(line) for line in _user_git(args, checkout).splitlines()]
+
+
+def _refuse_during_an_operation(checkout: Path) -> None:
+    """Refused, as git refuses to start one operation inside another, while one is in progress."""
+    for path, (_, what, how) in zip(_git_path(checkout, *(name for name, _, _ in IN_PROGRESS)), IN_PROGRESS):
+        if path.exists():
+            raise SglpatchError(f"{checkout}: {what} there; finish it first ({how}); nothing was changed")
+
+
+def _require_committer(checkout: Path) -> None:
+    """git's own answer for who commits here; where git has none, git's own request for one."""
+    asked = run_tool(["git", "var", "GIT_COMMITTER_IDENT"], f"git var in {checkout}", USER_GIT_TIMEOUT_S,
+                     cwd=checkout, env=_user_env())
+    if asked.returncode != 0:
+        said = [line.strip() for line in asked.stderr.splitlines() if line.strip()]
+        asks = [line for line in said if line.startswith("git config")]
+        why = next((line for line in said if line.startswith("fatal:")), said[-1] if said else "no identity")
+        raise SglpatchError(
+            f"{checkout}: git says: {said[0] if said else 'Committer identity unknown'} ({why}). Please tell me who "
+            f"you are: run {' and '.join(asks) or 'git config user.email / user.name'} (without --global: for this "
+            "repository only); nothing was changed"
+        )
+
+
+def _user_env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    return user_git_env({**{key: os.environ[key] for key in IDENTITY_ENV if key in os.environ}, **(extra or {})})
+
+
 def _is_git(checkout: Path) -> bool:
     inside = run_git(["rev-parse", "--show-toplevel"], checkout, check=False)
     return inside.returncode == 0 and Path(inside.stdout.decode().strip()).resolve() == checkout
@@ -313,7 +418,7 @@ def _user_git(args: list[str], checkout: Path, env: dict[str, str] | None = None
     """git in the user's checkout with the user's own configuration (identity, hooks stay theirs),
     of the caller's environment only what that needs (``processes.user_git_env``)."""
     done = run_tool(["git", *args], f"git {' '.join(args[:2])} in {checkout}", USER_GIT_TIMEOUT_S, cwd=checkout,
-                    env=user_git_env(env), input=input or b"")
+                    env=_user_env(env), input=input or b"")
     if done.returncode != 0:
         raise SglpatchError(f"git {' '.join(args[:2])} failed in {checkout}: {done.stderr.decode(errors='replace').strip()}")
     return done.stdout.decode().strip()
@@ -325,10 +430,10 @@ def _into_git(checkout: Path, tree: Path, version: str, renditions, commits: lis
         raise SglpatchError(f"{checkout}: local changes in files the series changes ({dirty.splitlines()[0]} ...); commit or stash them")
     head = _user_git(["rev-parse", "HEAD"], checkout)
     branch = _user_git(["symbolic-ref", "--quiet", "HEAD"], checkout) if _has_branch(checkout) else ""
-    identity = _identity(checkout)
-    index = checkout / ".git" / f"sglpatch-into-index-{os.getpid()}"
+    _require_committer(checkout)
+    index = _git_path(checkout, f"sglpatch-into-index-{os.getpid()}")[0]
     env = {"GIT_INDEX_FILE": str(index)}
-    made = []
+    made, subjects = [], []
     try:
         _user_git(["read-tree", head], checkout, env=env)
         parent = head
@@ -344,30 +449,23 @@ def _into_git(checkout: Path, tree: Path, version: str, renditions, commits: lis
             new_tree = _user_git(["write-tree"], checkout, env=env)
             message = run_git(["log", "-1", "--format=%B", ours], tree).stdout
             author = git_out(["log", "-1", "--format=%an%x00%ae%x00%aI", ours], tree).split("\0")
-            commit_env = {"GIT_AUTHOR_NAME": author[0], "GIT_AUTHOR_EMAIL": author[1], "GIT_AUTHOR_DATE": author[2],
-                          "GIT_COMMITTER_NAME": identity[0], "GIT_COMMITTER_EMAIL": identity[1]}
+            # The committer is whoever git says commits here (_require_committer).
+            commit_env = {"GIT_AUTHOR_NAME": author[0], "GIT_AUTHOR_EMAIL": author[1], "GIT_AUTHOR_DATE": author[2]}
             parent = _user_git(["commit-tree", new_tree, "-p", parent], checkout, env=commit_env, input=message)
             made.append(parent)
+            subjects.append(message.decode(errors="replace").split("\n", 1)[0])
     finally:
         index.unlink(missing_ok=True)
     # git moves the work tree and refuses to overwrite a local change; then the branch follows.
     _user_git(["read-tree", "-m", "-u", head, parent], checkout)
     _user_git(["update-ref", "-m", f"sglpatch apply --into: series for sglang {version}", branch or "HEAD", parent, head], checkout)
-    return IntoResult(checkout, version, "git commits", made, touched)
+    return IntoResult(checkout, version, "git commits", made, touched, branch=branch.removeprefix("refs/heads/"),
+                      head_before=head, subjects=subjects)
 
 
 def _has_branch(checkout: Path) -> bool:
     return run_tool(["git", "symbolic-ref", "--quiet", "HEAD"], f"git symbolic-ref in {checkout}", 60,
-                    cwd=checkout).returncode == 0
-
-
-def _identity(checkout: Path) -> tuple[str, str]:
-    try:
-        name = _user_git(["config", "user.name"], checkout)
-        email = _user_git(["config", "user.email"], checkout)
-        return name, email
-    except SglpatchError:
-        return IDENTITY_NAME, IDENTITY_EMAIL
+                    cwd=checkout, env=_user_env()).returncode == 0
 
 
 def _into_folder(checkout: Path, tree: Path, version: str, commit: str, touched: list[str]) -> IntoResult:

@@ -9,8 +9,8 @@ from pathlib import Path
 
 from sglpatch.cache import entry_lock, write_atomically
 from sglpatch.errors import SglpatchError
+from sglpatch.project import LOCK_FILE  # the layout names the file; kept here for its readers
 
-LOCK_FILE = "series.lock"
 LOCK_FORMAT = 1
 
 
@@ -42,6 +42,8 @@ def read_lock(path: Path) -> dict:
 
 
 WITNESS_RECORD = "witness"  # a patch's record of how its outcome was proved (levels included)
+TESTS_RECORD = "tests"  # the same for its regression tests (upstream-test), where they ran beside it
+PROOF_RECORDS = (WITNESS_RECORD, TESTS_RECORD)
 
 
 def result_of(entry: dict | None) -> dict | None:
@@ -49,7 +51,7 @@ def result_of(entry: dict | None) -> dict | None:
     could run at depends on the machine (a toolchain installed or not), the result does not."""
     if entry is None:
         return None
-    patches = [{k: v for k, v in patch.items() if k != WITNESS_RECORD} for patch in entry.get("patches", [])]
+    patches = [{k: v for k, v in patch.items() if k not in PROOF_RECORDS} for patch in entry.get("patches", [])]
     return {**entry, "patches": patches}
 
 
@@ -80,6 +82,25 @@ def compare_entry(path: Path, key: str, entry: dict) -> LockCheck:
     return LockCheck("mismatch", describe_difference(old, entry))
 
 
+DECIDED_BY_TEXT = ("artifact_sha256", "pristine", "commit", "tree")
+
+
+def unchecked_verdicts(path: Path, key: str, entry: dict) -> list[str] | None:
+    """For a result classified by text alone (``apply --no-witnesses``): where it decided what
+    the lock records -- the artifact, the pristine commit, every patch's commit, the final commit
+    and tree -- the lock's verdicts that only a witness gives and that it therefore did not check,
+    one line per patch whose status differs (``[]`` where none does); ``None`` where the lock has
+    no entry or the result differs from it in what text decides."""
+    old = read_lock(path)["pins"].get(key)
+    if old is None or any(old.get(field) != entry.get(field) for field in DECIDED_BY_TEXT):
+        return None
+    locked = [(p.get("name"), p.get("commit", "")) for p in old.get("patches", [])]
+    if locked != [(p.get("name"), p.get("commit", "")) for p in entry.get("patches", [])]:
+        return None
+    return [f"{p['name']} {str(o.get('status'))} (text alone: {str(p.get('status'))})"
+            for o, p in zip(old.get("patches", []), entry.get("patches", [])) if o.get("status") != p.get("status")]
+
+
 def describe_difference(old: dict, new: dict) -> str:
     lines = []
     for field in ("artifact_sha256", "pristine", "commit", "tree"):
@@ -90,6 +111,11 @@ def describe_difference(old: dict, new: dict) -> str:
     for patch in new.get("patches", []):
         locked = old_patches.pop(patch["name"], None)
         if locked != patch:
-            lines.append(f"patch {patch['name']}: locked {locked}, got {patch}")
+            lines.append(f"patch {patch['name']}: locked {_plain(locked)}, got {_plain(patch)}")
     lines.extend(f"patch {name}: locked but no longer in the series" for name in old_patches)
     return "; ".join(lines)
+
+
+def _plain(patch: dict | None) -> dict | None:
+    """A patch's lock record with its values as the lock writes them (an outcome's word, not its repr)."""
+    return None if patch is None else {key: str(value) for key, value in patch.items()}

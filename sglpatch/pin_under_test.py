@@ -16,7 +16,8 @@ from sglpatch.errors import SglpatchError
 from sglpatch.gitcmd import git_out
 from sglpatch.outcomes import Outcome
 from sglpatch.pins import Pin
-from sglpatch.project import Project, apply_series
+from sglpatch.apply_pins import apply_series
+from sglpatch.project import Project
 from sglpatch.records import matrix_dir
 
 

@@ -39,8 +39,10 @@ BYTECODE_DIR: Path | None = None  # where the probes' bytecode cache is; None: i
 
 
 # sglpatch's own knob for the probes (``rocm_box.RECORD_ENV``: record what sglang takes from the
-# stand-ins, for maintaining them); it never reaches an answer that is kept.
-PASSED_TO_PROBES = ("SGLPATCH_STANDIN_RECORD",)
+# stand-ins, for maintaining them). No key holds it, so while it is set no answer is kept or
+# replayed (``cache.SWITCHES_OUTSIDE_KEYS``, the same list: a switch a child sees is in a key or
+# keeps nothing).
+PASSED_TO_PROBES = cache.SWITCHES_OUTSIDE_KEYS
 
 
 def child_env(tree: Path | None) -> dict[str, str]:

@@ -29,7 +29,9 @@ class ProbeRequest:
 
     Probes that share a process must agree on ``import_env`` (the environment sglang is
     imported under) and ``arch`` (the emulated GPU); ``registry_archs`` are the architectures
-    the probe asks sglang's model registry for."""
+    the probe asks sglang's model registry for. Probes with a ``group`` run in a child of their
+    own, apart from those of another group (the same fork server starts it), so that no other
+    probe's changes to sglang's state reach them."""
 
     name: str
     module: str
@@ -38,6 +40,7 @@ class ProbeRequest:
     import_env: tuple[tuple[str, str], ...] = ()
     arch: str = "gfx950:sramecc+:xnack-"
     registry_archs: tuple[str, ...] = ()
+    group: str = ""
 
     def environment(self) -> tuple:
         return (self.import_env, self.arch)
@@ -221,7 +224,7 @@ class CpuPython:
 
 IMPORT_ALLOWANCE_S = 300  # preparing the box and importing sglang, on a loaded machine
 PROBE_RUNS = cache.Memo("probe-runs")  # by ``probe_run_key``
-PROBE_RUN_LAYOUT = "2"  # bump when what ``probe_run_key`` digests changes
+PROBE_RUN_LAYOUT = "3"  # bump when what ``probe_run_key`` digests changes
 
 
 def probe_run_key(python: CpuPython, tree: Path, probes: list[ProbeRequest]) -> str | None:
@@ -243,7 +246,7 @@ def probe_run_key(python: CpuPython, tree: Path, probes: list[ProbeRequest]) -> 
     digest.update(_content_digest(Path(tree).resolve() / "python").encode())
     for probe in probes:
         request = {"name": probe.name, "module": probe.module, "import_env": probe.import_env, "arch": probe.arch,
-                   "registry_archs": probe.registry_archs, "spec": _by_content(probe.spec)}
+                   "registry_archs": probe.registry_archs, "group": probe.group, "spec": _by_content(probe.spec)}
         digest.update(json.dumps(request, sort_keys=True).encode() + b"\0")
     return digest.hexdigest()[:32]
 

@@ -24,7 +24,7 @@ RUNNING_PREFIXES = ("LC_",)
 # How this machine reaches the network: proxies and certificate stores (pip, gh, git remotes).
 NETWORK = ("http_proxy", "https_proxy", "no_proxy", "all_proxy", "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY",
            "ALL_PROXY", "SSL_CERT_FILE", "SSL_CERT_DIR", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE")
-# pip's configuration is the user's (README): its variables, and where it finds its files.
+# pip's configuration is the user's (docs/install.md): its variables, and where it finds its files.
 PIP = (*NETWORK, "XDG_CONFIG_HOME", "XDG_CONFIG_DIRS", "XDG_CACHE_HOME", "NETRC")
 PIP_PREFIXES = ("PIP_",)
 # git and gh in the user's own checkout: their configuration and credentials, no GIT_DIR-style

@@ -48,6 +48,7 @@ class CellRecord:
     figures: dict[str, object] = field(default_factory=dict)
     image_digest: str = ""  # rocm: the patched image's id; cpu: empty
     gpu: str = ""  # rocm: the GPU name the container saw; cpu: what the emulation stands for
+    device: str = ""  # rocm: the device the runner ran it on (``rocm.options.device_stamp``)
     tree: str = ""  # the patched tree's git hash the cell ran on
     log: str = ""  # path of the cell's log
     seconds: float = 0.0

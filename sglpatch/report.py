@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from sglpatch.project import ApplyReport
+from sglpatch.apply_pins import ApplyReport
 
 
 def render_apply(report: ApplyReport, report_path: str = "") -> str:
@@ -12,12 +12,16 @@ def render_apply(report: ApplyReport, report_path: str = "") -> str:
     for result in report.results:
         state = "ok" if result.ok else "FAILED"
         lines.append(f"sglang {result.version}: {state}  lock: {result.lock or '-'}  witnessed at: {witness_levels(result)}")
+        if result.unchecked:
+            lines.append(f"  the trees and commits are the lock's; not checked without witnesses: {'; '.join(result.unchecked)}")
         if result.patches:
             width = max(len(outcome.name) for outcome in result.patches)
             for outcome in result.patches:
                 commit = outcome.commit[:12] if outcome.commit else "-"
                 needed = {True: "needed", False: "not needed", None: "needed ?"}[outcome.needed]
                 witness = f"witness {outcome.witness_before or '-'} -> {outcome.witness_after or '-'}"
+                if getattr(outcome, "tests_before", ""):
+                    witness += f"; tests {outcome.tests_before} -> {outcome.tests_after or '-'}"
                 status = outcome.status + (" UNPROVEN" if outcome.unproven else "")
                 lines.append(f"  {outcome.name:<{width}}  {status:<19}  {commit:<12}  {needed:<10}  {witness}")
                 for detail in outcome.detail.splitlines() if outcome.status != "applied" or outcome.unproven else []:

@@ -7,7 +7,8 @@ trailers at the end of the commit message, after DEP-3 and Yocto:
                      | Backport [version] | Inappropriate [reason]
     Origin: who wrote it and from what
     Bug: where the problem is reported (optional)
-    Witness: the check that fails without the patch and passes with it
+    Witness: the check that fails without the patch and passes with it (``upstream-test``: the
+             patch's own regression tests, below)
     Applies-To: the pins this rendition is for, as a PEP 440 specifier (">=0.5.10,<0.5.19")
     Fixed-Upstream-In: the first pin where upstream has the fix, with the evidence (optional)
 
@@ -16,6 +17,12 @@ Where upstream moved the code, a patch has more renditions, one file each, in
 rendition whose specifier contains a pin's version is the one applied to that pin (exactly, or by
 git's three-way apply: ``sglpatch.apply``). The main file is the newest rendition, the one that
 covers the newest pin (``newest_in_main``).
+
+A patch's regression tests, in sglang's own layout, live beside it in
+``patches/tests/<patch name without .patch>/``, at the path the pull request adds them
+(``test/registered/unit/<path mirroring python/sglang/srt>/test_*.py``). They are no part of
+the diff: the released trees have no ``test/`` folder, and the pinned commits stay the release's
+files plus the fix. The ``upstream-test`` witness runs them (``sglpatch.witnesses.upstream_test``).
 """
 
 from __future__ import annotations
@@ -37,10 +44,11 @@ from sglpatch.gitcmd import run_git
 SERIES_FILE = "series"
 CHANGELOG_FILE = "CHANGELOG.md"
 RENDITIONS_DIR = "renditions"
+TESTS_DIR = "tests"  # patches/tests/<stem>/<path in upstream's repository>
 
 REQUIRED_TRAILERS = ("Upstream-Status", "Origin", "Witness", "Applies-To")
 # Every trailer that is our metadata rather than part of the change's description.
-METADATA_TRAILERS = (*REQUIRED_TRAILERS, "Bug", "Fixed-Upstream-In")
+METADATA_TRAILERS = (*REQUIRED_TRAILERS, "Bug", "Fixed-Upstream-In", "PR-Split")
 UPSTREAM_STATUS_RE = re.compile(
     r"^(Pending|(Submitted|Accepted|Backport|Inappropriate) \[[^\]]+\])$"
 )
@@ -94,11 +102,22 @@ class PatchFile:
 
 
 @dataclass(frozen=True)
+class RegressionTest:
+    """One test file a patch's pull request adds: ``path`` in upstream's repository
+    (``test/registered/unit/...``), kept at ``file`` beside the patch."""
+
+    path: str
+    file: Path
+
+
+@dataclass(frozen=True)
 class SeriesPatch:
-    """One entry of the series file with every rendition of it (the main file first)."""
+    """One entry of the series file with every rendition of it (the main file first), and the
+    regression tests that go upstream with its main file."""
 
     name: str
     renditions: tuple[PatchFile, ...]
+    tests: tuple[RegressionTest, ...] = ()
 
     @property
     def main(self) -> PatchFile:
@@ -133,10 +152,24 @@ class Series:
         return digest.hexdigest()
 
     def get(self, name: str) -> SeriesPatch:
+        """The patch ``name`` names: its file name, its stem or its number (``0002`` or ``2``);
+        every verb that takes a patch finds it here."""
         for patch in self.patches:
             if name in (patch.name, patch.stem):
                 return patch
-        raise SglpatchError(f"{self.directory / SERIES_FILE}: no patch named {name!r}")
+        numbered = [patch for patch in self.patches if name.isdigit() and _number(patch.name) == int(name)]
+        if len(numbered) == 1:
+            return numbered[0]
+        names = ", ".join(patch.name for patch in (numbered or self.patches))
+        if numbered:
+            raise SglpatchError(f"{self.directory / SERIES_FILE}: {name!r} names several patches: {names}")
+        raise SglpatchError(f"{self.directory / SERIES_FILE}: no patch named {name!r}; the series has {names or 'none'}")
+
+
+def _number(name: str) -> int | None:
+    """A patch's number, as git format-patch writes it at the start of its name (``0002-...``)."""
+    digits = re.match(r"(\d+)-", name)
+    return int(digits.group(1)) if digits else None
 
 
 def series_entries(directory: Path) -> list[tuple[int, str]]:
@@ -186,13 +219,24 @@ def load_series(directory: Path) -> Series:
         extra = sorted((directory / RENDITIONS_DIR / name.removesuffix(".patch")).glob("*.patch"))
         renditions = tuple(parse_patch_file(path) for path in (main, *extra))
         files.extend(rendition.path for rendition in renditions)
-        patches.append(SeriesPatch(name=name, renditions=renditions))
+        tests = regression_tests(directory, name.removesuffix(".patch"))
+        files.extend(test.file for test in tests)
+        patches.append(SeriesPatch(name=name, renditions=renditions, tests=tests))
     return Series(
         directory=directory,
         version=series_version(directory),
         patches=tuple(patches),
         files=tuple(files),
     )
+
+
+def regression_tests(directory: Path, stem: str) -> tuple[RegressionTest, ...]:
+    """Every file under ``patches/tests/<stem>/``, by its path in upstream's repository."""
+    root = directory / TESTS_DIR / stem
+    if not root.is_dir():
+        return ()
+    found = sorted(p for p in root.rglob("*") if p.is_file() and "__pycache__" not in p.parts)
+    return tuple(RegressionTest(p.relative_to(root).as_posix(), p) for p in found)
 
 
 def parse_patch_file(path: Path) -> PatchFile:

@@ -33,7 +33,7 @@ PRISTINE_REF = "refs/heads/pristine"
 FETCH_TIMEOUT_S = 600  # one shallow fetch of a release; past it the remote is hung
 COMPLETE_MARKER = "sglpatch-complete.json"
 
-# What the artifacts hold that upstream's git does not; README.md lists the same.
+# What the artifacts hold that upstream's git does not; docs/series.md lists the same.
 LEFT_OUT_DESCRIPTION = (
     "compiled extension modules (*.so), packaging metadata (*.dist-info/, *.egg-info/, PKG-INFO, "
     "the setup.cfg that setuptools writes into an sdist), and the generated sglang/_version.py"

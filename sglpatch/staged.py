@@ -14,7 +14,8 @@ from pathlib import Path
 from sglpatch.check import check_series
 from sglpatch.errors import SglpatchError
 from sglpatch.lock import LOCK_FILE
-from sglpatch.project import Project, apply_series
+from sglpatch.apply_pins import apply_series
+from sglpatch.project import Project
 
 
 def write_staged(project, changes: dict[Path, bytes | None], pins_to_apply: list[str], verify=None) -> None:
@@ -36,7 +37,7 @@ def write_staged(project, changes: dict[Path, bytes | None], pins_to_apply: list
                 continue
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_bytes(data)
-        staged = Project(stage)
+        staged = Project(stage, sealed=True)
         problems = check_series(staged.patches_dir, staged.pins())
         if problems:
             raise SglpatchError(f"the staged series does not pass check: {problems[0]}")

@@ -1,33 +1,44 @@
-"""Preparing one patch as an upstream pull request: a branch on the base, the mbox, and the PR
-title and body rendered from the patch's commit message, metadata and witness.
+"""Preparing one patch as upstream pull requests: per pull request a commit on the base (the
+patch's regression tests added), its branch, the mbox, and the title and body in sglang's template
+(``upstream_body``); one pull request per ``PR-Split`` part (``upstream_split``); sglang's own
+pre-commit hooks on what each adds (``upstream_hooks``).
 
-The base is a pin (default: the newest) or a ref in a git repository the user names (their
-clone of sglang). The export refuses, with the reason, a patch that is already upstream there
-(it reverse-applies) or not needed there (its witness passes on the base).
+The base is a pin (default: the newest; its files have no upstream history, so the mbox is meant
+for ``git am`` on a clone) or a ref in the user's clone of sglang, onto which the patch is ported
+with ``rebase``'s cascade and judge. The export refuses, with the reason, a patch that is already
+upstream there (it reverse-applies) or not needed there (its witness passes on the base), and
+leaves no branch or file when it refuses.
 """
 
 from __future__ import annotations
 
 import json
-import shutil
 import re
+import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from types import SimpleNamespace
 
-from sglpatch import sources
+from sglpatch import sources, upstream_body, upstream_hooks, upstream_split
 from sglpatch.checkouts import checkout_commit
 from sglpatch.errors import SglpatchError
 from sglpatch.gitcmd import IDENTITY_EMAIL, IDENTITY_NAME, git_out, run_git
 from sglpatch.index_apply import apply_to_index, check_exact, made_on, preimage_paths, reverse_applies, three_way_to_index
+from sglpatch.outcomes import Outcome
 from sglpatch.processes import run_tool, user_git_env
+from sglpatch.rebase.hand_port import prepare_hand_port
+from sglpatch.rebase.patch import Writes, rebase_patch
+from sglpatch.rebase.trial import Trial
 from sglpatch.series import METADATA_TRAILERS, PatchFile, SeriesPatch
 from sglpatch.tree_repo import ensure_tree_repo
-from sglpatch.witnesses import registry
+from sglpatch.witnesses import answer_cache, registry
 from sglpatch.witnesses.results import BUG, CLEAN, UNAVAILABLE, WitnessResult
 
 BRANCH_PREFIX = "sglpatch-upstream/"
 GH_TIMEOUT_S = 300
+UPSTREAM_REPO = "sgl-project/sglang"
+UPSTREAM_BASE = "main"
 
 
 @dataclass(frozen=True)
@@ -38,6 +49,10 @@ class Export:
     mbox: Path
     body: Path
     title: str
+    part: str = ""
+    tests: tuple[str, ...] = ()
+    hooks: str = ""  # what sglang's pre-commit hooks said, one line
+    base_commit: str = ""
 
 
 def export(
@@ -48,80 +63,199 @@ def export(
     out: Path | None = None,
     range_diff: str = "",
     signoff: bool = False,
-) -> Export:
-    """The patch as upstream will see it: one clean commit on ``base`` (the message without our
-    metadata trailers, authored and committed by the user where git knows them, with their
-    Signed-off-by when ``signoff``), on branch ``sglpatch-upstream/<patch>``, plus its mbox and
-    the PR title and body. ``range_diff``, if given, is appended to the body as the changes since
-    an earlier version. An existing branch holding anything else is refused, never moved."""
+    part: str | None = None,
+    hooks: bool = True,
+):
+    """The patch as upstream will see it: one clean commit per pull request on ``base`` (one, or
+    one per ``PR-Split`` trailer, ``part`` picking one), each on its own branch, with the patch's
+    regression tests (``patches/tests/<stem>/``) added, its mbox and ``PR.md`` in sglang's template.
+
+    On a pin the change applies as ``apply`` applies it; on a ref of the user's clone
+    (``base_repo``) it is ported with ``rebase``'s cascade and judge, and where none is accepted
+    the export is refused with the hand-port tree. sglang's own pre-commit hooks (``hooks``) run on
+    what each commit adds; a finding refuses the export. Returns the exports, in part order; a
+    refused export leaves no branch and no file."""
     series = project.series()
     patch = series.get(patch_name)
     pins = project.pins()
-    if base_repo is None:
-        pin = pins.select([base])[0] if base else pins.newest
-        pristine = sources.pristine_from_index(pin)
-        repo = project.build_dir / "trees" / pin.version
-        repo.parent.mkdir(parents=True, exist_ok=True)
-        ensure_tree_repo(repo, pristine)
-        base_commit, version = pristine.commit, pin.version
-        label = f"sglang {pin.version}"
-    else:
-        repo = base_repo
-        base_commit = git_out(["rev-parse", "--verify", f"{base or 'HEAD'}^{{commit}}"], repo)
-        # A git base has no pin; the newest pin's metadata (e.g. the tvm-ffi version a witness
-        # compiles against) is the closest description of a current checkout.
-        pin, version, label = pins.newest, None, f"{base or 'HEAD'} ({base_commit[:12]}) of {repo}"
-    rendition = _rendition(patch, version, repo, base_commit)
-    witness = registry.witness_for(rendition.trailer("Witness"), str(rendition.path))
-    before = after = None
     with tempfile.TemporaryDirectory() as scratch:
-        index = Path(scratch) / "index"
-        env = {"GIT_INDEX_FILE": str(index)}
+        if base_repo is None:
+            pin = pins.select([base])[0] if base else pins.newest
+            pristine = sources.pristine_from_index(pin)
+            repo = project.build_dir / "trees" / pin.version
+            repo.parent.mkdir(parents=True, exist_ok=True)
+            ensure_tree_repo(repo, pristine)
+            base_commit, label = pristine.commit, f"sglang {pin.version}"
+            rendition = _rendition(patch, pin.version, repo, base_commit)
+            witness = registry.witness_for(rendition.trailer("Witness"), str(rendition.path))
+            tree = _apply_on_pin(patch, rendition, repo, base_commit, pins, pin.version, label)
+        else:
+            repo = Path(base_repo)
+            base_commit = git_out(["rev-parse", "--verify", f"{base or 'HEAD'}^{{commit}}"], repo)
+            # A git base has no pin; the newest pin's metadata (e.g. the tvm-ffi version a witness
+            # compiles against) is the closest description of a current checkout.
+            pin, label = pins.newest, f"{base or 'HEAD'} ({base_commit[:12]}) of {repo}"
+            rendition = _rendition(patch, None, repo, base_commit)
+            witness = registry.witness_for(rendition.trailer("Witness"), str(rendition.path))
+            tree = port_onto_ref(project, patch, repo, base_commit, pin, label, Path(scratch))
+        before = after = None
+        if witness is not None:
+            before = _witness(witness, repo, base_commit, pin, Path(scratch) / "before")
+            if before.state == CLEAN:
+                raise SglpatchError(
+                    f"{patch.name}: not needed at {label}: witness {witness.name} already passes there ({before.detail})"
+                )
+            whole = commit_tree(repo, tree, base_commit, "whole change")
+            after = _witness(witness, repo, whole, pin, Path(scratch) / "after")
+            if after.state == BUG:
+                raise SglpatchError(f"{patch.name}: witness {witness.name} still fails with the patch at {label}: {after.detail}")
+        for result in (before, after):
+            if result is not None and result.state == UNAVAILABLE:
+                raise SglpatchError(
+                    f"{patch.name}: witness {witness.name} could not run at {label} ({result.detail}); "
+                    "a pull request must say how it was tested, so nothing was exported"
+                )
+        tests = upstream_split.test_files(project.patches_dir, patch.stem)
+        message = message_without_trailers(rendition)
+        parts = upstream_split.pr_parts(patch.name, rendition.subject, message, rendition.trailers,
+                                        preimage_or_new_paths(rendition.diff_text), list(tests))
+        chosen = upstream_split.select_parts(patch.name, parts, part)
+        planned = []
+        for one in chosen:
+            files = [p for p in changed_paths(repo, base_commit, tree) if one.carries(p)]
+            own_tests = {p: data for p, data in tests.items() if one.carries(p)}
+            part_tree = _part_tree(repo, base_commit, tree, files, own_tests, Path(scratch) / f"index-{one.name or 'all'}")
+            text = one.text if one.name else message
+            commit = upstream_commit(repo, rendition, part_tree, base_commit, signoff=signoff, title=one.title, text=text)
+            findings = upstream_hooks.run_hooks(repo, base_commit, commit) if hooks else []
+            if findings:
+                raise SglpatchError(
+                    f"{patch.name}{' ' + one.name if one.name else ''}: sglang's pre-commit hooks refuse it "
+                    f"({len(findings)} finding(s)):\n" + "\n".join(str(f) for f in findings)
+                )
+            planned.append((one, files, sorted(own_tests), commit))
+    exports = []
+    for one, files, own_tests, commit in planned:
+        stem = patch.stem + (f"-{one.name}" if one.name else "")
+        branch = BRANCH_PREFIX + stem
+        _set_branch(repo, branch, commit)
+        folder = (out or project.build_dir / "upstream") / stem
+        folder.mkdir(parents=True, exist_ok=True)
+        mbox = folder / f"{stem}.mbox"
+        mbox.write_bytes(run_git(["format-patch", "-1", "--stdout", commit], repo).stdout)
+        others = [p.title for p in parts if p is not one]
+        run = None
+        if before is not None:
+            scope = ("The test ran with the whole change applied, this pull request and: " + "; ".join(others)) if others else ""
+            run = upstream_body.TestRun(_test_command(own_tests, before), before, after, scope)
+        hooks_line = "clean (isort, black, codespell, clang-format)" if hooks else "not run"
+        body = upstream_body.render_body(one.text if one.name else message, files=[f for f in files if f not in own_tests],
+                                         tests=own_tests, run=run, matrix=_matrix_results(project, patch.name),
+                                         hooks_clean=hooks)
+        if range_diff:
+            body += f"\n## Changes since the previous version of this series\n\n```\n{range_diff.rstrip()}\n```\n"
+        body_path = folder / "PR.md"
+        body_path.write_text(f"{body}")
+        (folder / "TITLE").write_text(one.title + "\n")
+        exports.append(Export(branch=branch, repo=repo, commit=commit, mbox=mbox, body=body_path, title=one.title,
+                              part=one.name, tests=tuple(own_tests), hooks=hooks_line, base_commit=base_commit))
+    return exports
+
+
+def _witness(witness, repo: Path, commit: str, pin, dest: Path) -> WitnessResult:
+    """The witness's answer on ``commit`` (remembered by tree, as ``rebase`` remembers it)."""
+    tree = git_out(["rev-parse", f"{commit}^{{tree}}"], repo)
+    return answer_cache.run_cached(witness, tree, pin, lambda: checkout_commit(repo, commit, dest))
+
+
+def _test_command(tests: list[str], before: WitnessResult) -> str:
+    """How a reviewer runs the check: the PR's test files, or (without one) the check's own name."""
+    runnable = [path for path in tests if path.endswith(".py")]
+    if runnable:
+        return "\n".join(f"python3 {path}" for path in runnable)
+    return f"# no unit test in this pull request yet; the check that ran: {before.summary()}"
+
+
+def _apply_on_pin(patch, rendition: PatchFile, repo: Path, base_commit: str, pins, version: str, label: str) -> str:
+    """The tree of the rendition on a pin, exactly or by git's three-way apply as ``apply`` does."""
+    with tempfile.TemporaryDirectory() as scratch:
+        env = {"GIT_INDEX_FILE": str(Path(scratch) / "index")}
         run_git(["read-tree", base_commit], repo, env=env)
         exact = check_exact(repo, env, rendition.diff_text)
         if not exact.applies and reverse_applies(repo, env, rendition.diff_text):
             raise SglpatchError(f"{patch.name}: already upstream at {label} (the patch reverse-applies); nothing to send")
         if exact.applies:
-            tree = apply_to_index(repo, env, rendition.diff_text)
+            return apply_to_index(repo, env, rendition.diff_text)
+        merged = three_way_to_index(repo, env, rendition.diff_text, made_on(rendition, pins.pins, version))
+        if not merged.tree:
+            raise SglpatchError(f"{patch.name}: does not apply to {label}, exactly or three-way ({merged.detail}); "
+                                "rebase it first (nox -s rebase)")
+        return merged.tree
+
+
+def port_onto_ref(project, patch: SeriesPatch, repo: Path, base_commit: str, pin, label: str, scratch: Path) -> str:
+    """The patch's tree on a ref of the user's clone, by ``rebase``'s cascade and judge (every
+    rendition as it is, then the merge tools, each proposal judged: names, the witness, imports);
+    refused with the reason where upstream already has it, and with the hand-port tree where no
+    proposal is accepted."""
+    ref = SimpleNamespace(repo=repo, commit=base_commit)
+    trial = Trial(scratch, pin, ref)
+    outcome = rebase_patch(project, trial, patch, project.pins().pins, pin.version, Writes())
+    if outcome.verdict in (Outcome.CARRIES_OVER, Outcome.NEW_RENDITION):
+        tree = git_out(["rev-parse", f"{trial.parent}^{{tree}}"], trial.repo)
+        # The trial's objects live in its scratch clone; the user's clone needs them for the branch.
+        run_git(["update-ref", "refs/heads/sglpatch-port", trial.parent], trial.repo)
+        run_git(["fetch", "--quiet", "--no-tags", "--no-write-fetch-head", str(trial.repo), "refs/heads/sglpatch-port"], repo)
+        return tree
+    if outcome.verdict == Outcome.ALREADY_UPSTREAM:
+        raise SglpatchError(f"{patch.name}: already upstream at {label} ({outcome.detail}); nothing to send")
+    if outcome.verdict == Outcome.FIXED_UPSTREAM:
+        raise SglpatchError(f"{patch.name}: not needed at {label}: witness {outcome.witness} already passes there "
+                            f"({outcome.witness_before}); {outcome.detail}")
+    if outcome.verdict == Outcome.WITNESS_UNAVAILABLE:
+        raise SglpatchError(f"{patch.name}: the witness could not run at {label} ({outcome.detail}); "
+                            "a pull request must say how it was tested, so nothing was exported")
+    if outcome.verdict == Outcome.NEEDS_HAND_PORT and outcome.conflict:
+        prepared = prepare_hand_port(project, trial, f"upstream-{patch.stem}", [outcome])
+        raise SglpatchError(f"{patch.name}: no port onto {label} is accepted ({outcome.detail}); "
+                            f"finish it by hand in {prepared}")
+    raise SglpatchError(f"{patch.name}: cannot be ported onto {label}: {outcome.verdict}: {outcome.detail}")
+
+
+def commit_tree(repo: Path, tree: str, parent: str, message: str) -> str:
+    env = {"GIT_AUTHOR_NAME": IDENTITY_NAME, "GIT_AUTHOR_EMAIL": IDENTITY_EMAIL,
+           "GIT_COMMITTER_NAME": IDENTITY_NAME, "GIT_COMMITTER_EMAIL": IDENTITY_EMAIL}
+    return git_out(["commit-tree", tree, "-p", parent], repo, env=env, input=message.encode())
+
+
+def changed_paths(repo: Path, base: str, tree: str) -> list[str]:
+    return [p for p in git_out(["diff", "--name-only", "--no-renames", base, tree], repo).splitlines() if p]
+
+
+def preimage_or_new_paths(diff_text: str) -> list[str]:
+    return re.findall(r"(?m)^diff --git a/\S+ b/(\S+)$", diff_text)
+
+
+def _part_tree(repo: Path, base: str, whole: str, files: list[str], tests: dict[str, bytes], index: Path) -> str:
+    """``base`` with ``files`` as the whole change has them and ``tests`` added."""
+    env = {"GIT_INDEX_FILE": str(index)}
+    run_git(["read-tree", base], repo, env=env)
+    for path in files:
+        entry = git_out(["ls-tree", whole, "--", path], repo)
+        if entry:
+            mode, _, rest = entry.partition(" ")
+            sha = rest.split("\t", 1)[0].split()[-1]
+            run_git(["update-index", "--add", "--cacheinfo", f"{mode},{sha},{path}"], repo, env=env)
         else:
-            # As apply does on a pin: git's three-way apply from the blobs the rendition was made on.
-            merged = three_way_to_index(repo, env, rendition.diff_text, made_on(rendition, pins.pins, version))
-            if not merged.tree:
-                raise SglpatchError(f"{patch.name}: does not apply to {label}, exactly or three-way ({merged.detail}); "
-                                    "rebase it first (nox -s rebase)")
-            tree = merged.tree
-        if witness is not None:
-            before = witness.run(checkout_commit(repo, base_commit, Path(scratch) / "before"), pin)
-            if before.state == CLEAN:
-                raise SglpatchError(
-                    f"{patch.name}: not needed at {label}: witness {witness.name} already passes there ({before.detail})"
-                )
-        commit = upstream_commit(repo, rendition, tree, base_commit, signoff=signoff)
-        if witness is not None:
-            after = witness.run(checkout_commit(repo, commit, Path(scratch) / "after"), pin)
-            if after.state == BUG:
-                raise SglpatchError(f"{patch.name}: witness {witness.name} still fails with the patch at {label}: {after.detail}")
-    for result in (before, after):
-        if result is not None and result.state == UNAVAILABLE:
-            raise SglpatchError(
-                f"{patch.name}: witness {witness.name} could not run at {label} ({result.detail}); "
-                "a pull request must say how it was tested, so nothing was exported"
-            )
-    branch = BRANCH_PREFIX + patch.stem
-    _set_branch(repo, branch, commit)
-    folder = (out or project.build_dir / "upstream") / patch.stem
-    folder.mkdir(parents=True, exist_ok=True)
-    mbox = folder / f"{patch.stem}.mbox"
-    mbox.write_bytes(run_git(["format-patch", "-1", "--stdout", commit], repo).stdout)
-    title, body = render_pr(rendition, label, before, after, _matrix_results(project, patch.name))
-    if range_diff:
-        body += f"\n## Changes since the previous version of this series\n\n```\n{range_diff.rstrip()}\n```\n"
-    body_path = folder / "PR.md"
-    body_path.write_text(f"# {title}\n\n{body}")
-    return Export(branch=branch, repo=repo, commit=commit, mbox=mbox, body=body_path, title=title)
+            run_git(["update-index", "--force-remove", "--", path], repo, env=env)
+    for path, data in tests.items():
+        sha = git_out(["hash-object", "-w", "--stdin"], repo, input=data)
+        run_git(["update-index", "--add", "--cacheinfo", f"100644,{sha},{path}"], repo, env=env)
+    return git_out(["write-tree"], repo, env=env)
 
 
-def upstream_commit(repo: Path, rendition: PatchFile, tree: str, parent: str, *, signoff: bool = False) -> str:
+def upstream_commit(repo: Path, rendition: PatchFile, tree: str, parent: str, *, signoff: bool = False,
+                    title: str | None = None, text: str | None = None) -> str:
     """``tree`` committed on ``parent`` with the patch's message minus our metadata trailers.
 
     The author is the patch's, unless that is sglpatch's own placeholder identity; then, as the
@@ -132,7 +266,7 @@ def upstream_commit(repo: Path, rendition: PatchFile, tree: str, parent: str, *,
     if author[1] == IDENTITY_EMAIL and user is not None:
         author = user
     committer = user or (IDENTITY_NAME, IDENTITY_EMAIL)
-    message = f"{rendition.subject}\n\n{message_without_trailers(rendition)}\n"
+    message = f"{title or rendition.subject}\n\n{text if text is not None else message_without_trailers(rendition)}\n"
     if signoff:
         if user is None:
             raise SglpatchError(f"{repo}: -s needs your git identity (git config user.name and user.email)")
@@ -212,28 +346,8 @@ def _matrix_results(project, name: str) -> list[str]:
             if outcome["name"] == name:
                 before = outcome.get("witness_before") or "-"
                 after = outcome.get("witness_after") or "-"
-                lines.append(f"| {pin['version']} | {outcome['status']} | {before} | {after} |")
+                lines.append(f"| {pin['version']} | {before} | {after} |")
     return lines
-
-
-def render_pr(
-    rendition: PatchFile,
-    base_label: str,
-    before: WitnessResult | None,
-    after: WitnessResult | None,
-    matrix: list[str],
-) -> tuple[str, str]:
-    """The PR title (the patch subject) and body (its message without our trailers, then tests)."""
-    message = message_without_trailers(rendition)
-    parts = [message.strip(), "", "## How it was tested", ""]
-    if before is not None and after is not None:
-        parts.append(
-            f"Witness `{before.witness}` on {base_label}: without the patch {before.summary()} "
-            f"({before.detail}); with it {after.summary()} ({after.detail})."
-        )
-    if matrix:
-        parts += ["", "Results across released versions:", "", "| sglang | result | before | after |", "|---|---|---|---|", *matrix]
-    return rendition.subject, "\n".join(parts).rstrip() + "\n"
 
 
 def message_without_trailers(rendition: PatchFile) -> str:
@@ -243,13 +357,16 @@ def message_without_trailers(rendition: PatchFile) -> str:
     return "\n".join(kept).strip()
 
 
-def open_pull_request(export: Export, remote_branch: str | None = None) -> str:
-    """Open the PR with the ``gh`` CLI (the user pushed the branch); returns what gh printed."""
+def open_pull_request(export: Export, remote_branch: str | None = None, *, repo: str = UPSTREAM_REPO,
+                      base: str = UPSTREAM_BASE) -> str:
+    """Open the PR on ``repo`` against ``base`` with the ``gh`` CLI (the user pushed the branch);
+    returns what gh printed."""
     gh = shutil.which("gh")
     if gh is None:
         raise SglpatchError("the gh CLI is not installed; push the branch and open the pull request by hand")
     run = run_tool(
-        [gh, "pr", "create", "--title", export.title, "--body-file", str(export.body), "--head", remote_branch or export.branch],
+        [gh, "pr", "create", "--repo", repo, "--base", base, "--title", export.title, "--body-file", str(export.body),
+         "--head", remote_branch or export.branch],
         "gh pr create (network or a prompt?)",
         GH_TIMEOUT_S,
         cwd=export.repo,

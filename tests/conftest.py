@@ -14,6 +14,7 @@ import io
 import os
 import shutil
 import subprocess
+import sys
 import tarfile
 import tempfile
 import textwrap
@@ -24,9 +25,10 @@ from pathlib import Path
 import pytest
 
 from sglpatch import cache, sources
+from sglpatch.apply_pins import apply_series
 from sglpatch.checkouts import checkout_commit
 from sglpatch.pins import load_pins
-from sglpatch.project import Project, apply_series
+from sglpatch.project import Project
 from sglpatch.series import load_series
 from sglpatch.witnesses import answer_cache, registry
 from sglpatch.witnesses.results import BUG, CLEAN, UNAVAILABLE, WitnessResult
@@ -186,7 +188,7 @@ def _shipped_trees(version: str):
     for part in ("upstream", "patches"):
         shutil.copytree(REPO_ROOT / part, root / part)
     shutil.copy(REPO_ROOT / "series.lock", root / "series.lock")
-    from sglpatch.project import apply_series
+    from sglpatch.apply_pins import apply_series
 
     result = apply_series(Project(root), [version], run_witnesses=False, record=False, out_dir=root / "build").results[0]
     assert result.commit, result.error
@@ -214,10 +216,18 @@ def project_copy(tmp_path) -> Project:
     shutil.copy(REPO_ROOT / "series.lock", root / "series.lock")
     return Project(root)
 
+
+def numbered_module(lines: list[str]) -> str:
+    """The fake pins' numbered lines as a Python module: one string literal holding them, opened on
+    the first line and closed on a line after the last, so each line keeps its number and text and
+    the rebase's judge reads the file as the Python it is named as."""
+    return '"""' + "".join(lines) + '"""\n'
+
+
 BASE_FILES = {
     "sglang/__init__.py": "from sglang.version import __version__\n",
     "sglang/version.py": '__version__ = "{version}"\n',
-    "sglang/srt/layers/example.py": "".join(f"line {n}\n" for n in range(1, 41)),
+    "sglang/srt/layers/example.py": numbered_module([f"line {n}\n" for n in range(1, 41)]),
     "sglang/jit_kernel/csrc/kernel.cuh": "#pragma once\n#include <algorithm>\n#include <cuda_runtime.h>\n\nvoid f();\n",
 }
 
@@ -468,13 +478,40 @@ def fake_release_cells(monkeypatch, request):
     return FAKE_CELL_FAILURES
 
 
+# Test double: the rebase judge's import smoke on the fake releases. They are no sglang (no CPU
+# Python of their own, no server code), so the real smoke could only say unavailable there; the
+# double imports each touched Python module with this interpreter, the candidate tree on the path.
+# Real releases (tests marked network) run the real smoke, in the pin's CPU Python.
+def _import_with_this_python(trial, commit, changed) -> list[str]:
+    from sglpatch.checkouts import checkout_commit
+
+    tree = checkout_commit(trial.repo, commit, Path(tempfile.mkdtemp(dir=trial.scratch, prefix="imports-")))
+    findings = []
+    for path in changed:
+        if path.startswith("python/") and path.endswith(".py") and (tree / path).exists():
+            module = path[len("python/"):-3].replace("/", ".").removesuffix(".__init__")
+            done = subprocess.run([sys.executable, "-c", f"import {module}"], capture_output=True, text=True, timeout=120,
+                                  env={"PATH": os.environ.get("PATH", ""), "PYTHONPATH": str(tree / "python")})
+            if done.returncode:
+                findings.append(f"{module}: {done.stderr.strip().splitlines()[-1]}")
+    return findings
+
+
+@pytest.fixture(autouse=True)
+def fake_release_imports(monkeypatch, request):
+    if request.node.get_closest_marker("network") is None:
+        from sglpatch.rebase.trial import Trial
+
+        monkeypatch.setattr(Trial, "import_smoke", _import_with_this_python)
+
+
 def example_lines(replace: dict[int, str] | None = None, insert_top: int = 0) -> str:
     """The fake pins' ``example.py`` ("line 1" .. "line 40"), with lines replaced by number and
     ``insert_top`` new lines on top."""
     lines = [f"line {n}\n" for n in range(1, 41)]
     for number, text in (replace or {}).items():
         lines[number - 1] = text
-    return "".join([f"new top {n}\n" for n in range(insert_top)] + lines)
+    return numbered_module([f"new top {n}\n" for n in range(insert_top)] + lines)
 
 
 # -- a patch apply merges three-way (git apply --3way from the blobs of another pin's tree) ----------

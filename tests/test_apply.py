@@ -11,7 +11,7 @@ import pytest
 from conftest import example_lines, format_patch, git, tree_files
 from sglpatch import apply as apply_module
 from sglpatch import tree_repo
-from sglpatch.project import apply_series
+from sglpatch.apply_pins import apply_series
 
 # The text machinery (classification, atomicity, the lock, hashes) is proven without witnesses:
 # classified by text alone, as `sglpatch apply --no-witnesses` does.
@@ -385,7 +385,7 @@ def test_apply_process_killed_by_sigkill_mid_series_leaves_the_tree_and_the_next
     assert (fake_project.root / "series.lock").read_text() == lock_before
     report = apply_series(fake_project.project, ["0.1.0"], update_lock=True, allow_unavailable=True)
     assert report.ok, report.to_json()
-    assert (tree / EXAMPLE).read_text().startswith("patched 1\npatched 2\n")
+    assert (tree / EXAMPLE).read_text().startswith('"""patched 1\npatched 2\n')  # the fake module opens its string on line 1
     assert git(tree, "status", "--porcelain").strip() == ""
     assert not list((tree / ".git").glob("sglpatch-index-*"))
 
@@ -701,3 +701,45 @@ def test_without_a_covered_pin_to_lend_the_blobs_a_rendition_that_needs_three_wa
     assert [o.status for o in alone.patches] == ["conflict"]
     assert "no pinned tree holds the blobs it was made on" in alone.patches[0].detail
     assert not (tmp_path / "alone" / "0.2.5" / ".git" / "objects" / "info" / "alternates").exists()
+
+
+def test_no_witnesses_on_a_pin_whose_trees_are_the_locks_matches_and_names_the_verdicts_it_did_not_check(
+    fake_project, tmp_path, capsys
+):
+    # On 0.2.0 upstream already has the guard, byte for byte: the lock (witnessed) says not-needed,
+    # text alone says already-upstream. Trees and commits are the lock's, so nothing differs that
+    # --no-witnesses decided; it says which verdict it left unchecked instead of failing.
+    from conftest import BASE_FILES, make_wheel, pin_entry
+    from sglpatch import cli, exitcodes
+
+    files = tree_files("0.1.0")
+    guarded = files[KERNEL].replace("#include <cuda_runtime.h>\n", "#ifndef USE_ROCM\n#include <cuda_runtime.h>\n#endif\n")
+    wheel = make_wheel(fake_project.index, "0.2.0", {**BASE_FILES, "sglang/jit_kernel/csrc/kernel.cuh": guarded})
+    pins = fake_project.root / "upstream" / "pins.toml"
+    text = pins.read_text()
+    pins.write_text(text[: text.index("[[pin]]", text.index("0.1.0"))] + pin_entry("0.2.0", wheel))
+    fake_project.set_patches([
+        ("0001-guard.patch", format_patch(tmp_path, files, {KERNEL: guarded}, "kernel: guard", trailers={"Witness": "guard-text"})),
+        ("0002-example.patch", _example_patch(tmp_path)),
+    ])
+    assert apply_series(fake_project.project, allow_unavailable=True).ok
+    lock_file = fake_project.root / "series.lock"
+    lock = lock_file.read_bytes()
+    assert json.loads(lock)["pins"]["0.2.0"]["patches"][0]["status"] == "not-needed"
+    for extra in ([], ["--update-lock"]):
+        status = cli.main(["-q", "--root", str(fake_project.root), "apply", "0.2.0", "--no-witnesses", *extra])
+        out = capsys.readouterr().out
+        assert status == exitcodes.OK, out
+        assert "lock: matches" in out and "differs" not in out and "Outcome." not in out
+        assert "not checked without witnesses: 0001-guard.patch not-needed (text alone: already-upstream)" in out
+        assert lock_file.read_bytes() == lock  # the witnessed verdict stays; --update-lock has nothing to take
+    data = json.loads((fake_project.root / "build" / "apply-report.json").read_text())
+    assert data["pins"][0]["lock"] == "matches" and data["pins"][0]["unchecked"] == [
+        "0001-guard.patch not-needed (text alone: already-upstream)"]
+    # What text alone decides is still compared: another tree is a difference from the lock.
+    fake_project.set_patches([
+        ("0001-guard.patch", format_patch(tmp_path, files, {KERNEL: guarded}, "kernel: guard", trailers={"Witness": "guard-text"})),
+        ("0002-example.patch", _example_patch(tmp_path, text="changed differently\n")),
+    ])
+    assert cli.main(["-q", "--root", str(fake_project.root), "apply", "0.2.0", "--no-witnesses"]) == exitcodes.LOCK_MISMATCH
+    assert lock_file.read_bytes() == lock

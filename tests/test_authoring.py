@@ -8,9 +8,9 @@ import subprocess
 
 import pytest
 
-from conftest import format_patch, git, pristine_subtree, tree_files
+from conftest import TextWitness, format_patch, git, pristine_subtree, tree_files
 from sglpatch import authoring, export
-from sglpatch.project import apply_series
+from sglpatch.apply_pins import apply_series
 
 EXAMPLE = "python/sglang/srt/layers/example.py"
 USER = ["-c", "user.name=Patch Writer", "-c", "user.email=writer@example.com"]
@@ -87,6 +87,58 @@ def test_a_commit_for_another_layout_becomes_a_rendition(applied):
     assert [(r.action, r.path) for r in refreshed][-1] == ("new rendition", path)
     assert "Applies-To: ==0.1.0" in path.read_text()
     assert (project.patches_dir / "series").read_text().count(".patch") == 1
+
+
+@pytest.fixture
+def prefixed(fake_project, tmp_path, monkeypatch, test_witnesses):
+    """A series whose subjects carry upstream's bracketed prefixes, as every patch of ours does:
+    git am (git mailinfo) drops them from the commit's subject."""
+    files = tree_files("0.1.0")
+    first = format_patch(tmp_path, files, {EXAMPLE: files[EXAMPLE].replace("line 20\n", "line 20 patched\n")},
+                         "[AMD] example: patch line 20", trailers={"Witness": "line-20"})
+    files = {**files, EXAMPLE: files[EXAMPLE].replace("line 20\n", "line 20 patched\n")}
+    second = format_patch(tmp_path, files, {EXAMPLE: files[EXAMPLE].replace("line 25\n", "line 25 patched\n")},
+                          "[Quark] [v2] example: patch line 25", trailers={"Witness": "line-25"})
+    monkeypatch.setitem(test_witnesses, "line-20", TextWitness("line-20", EXAMPLE, "line 20 patched"))
+    monkeypatch.setitem(test_witnesses, "line-25", TextWitness("line-25", EXAMPLE, "line 25 patched"))
+    fake_project.set_patches([("0001-amd-example.patch", first), ("0002-quark-example.patch", second)])
+    assert apply_series(fake_project.project).ok
+    return fake_project
+
+
+def test_refresh_after_start_with_no_edit_changes_nothing_when_subjects_carry_bracketed_prefixes(prefixed):
+    project = prefixed.project
+    tree = project.build_dir / "trees" / "0.1.0"
+    # git am's rewriting, as the tree holds it: the prefixes are gone from the commits' subjects.
+    assert git(tree, "log", "-2", "--format=%s").splitlines() == ["example: patch line 25", "example: patch line 20"]
+    before = {p: p.read_bytes() for p in project.patches_dir.rglob("*") if p.is_file()}
+    authoring.start(project, "0.1.0")
+    refreshed = authoring.refresh(project, "0.1.0")
+    assert [(r.action, r.path.name) for r in refreshed] == [
+        ("unchanged", "0001-amd-example.patch"), ("unchanged", "0002-quark-example.patch")]
+    assert {p: p.read_bytes() for p in project.patches_dir.rglob("*") if p.is_file()} == before
+
+
+def test_amending_a_commit_whose_patch_has_a_bracketed_prefix_updates_that_patch_and_keeps_its_subject(prefixed):
+    project = prefixed.project
+    tree = project.build_dir / "trees" / "0.1.0"
+    git(tree, "checkout", "-q", "sglpatch~1")
+    target = tree / EXAMPLE
+    target.write_text(target.read_text().replace("line 20 patched\n", "line 20 patched better\n"))
+    git(tree, "add", EXAMPLE)
+    git(tree, *USER, "commit", "-q", "--amend", "--no-edit")
+    amended = git(tree, "rev-parse", "HEAD").strip()
+    git(tree, "checkout", "-q", "sglpatch")
+    git(tree, *USER, "rebase", "-q", "--onto", amended, "sglpatch~1", "sglpatch")
+    refreshed = authoring.refresh(project, "0.1.0")
+    assert [(r.action, r.path.name) for r in refreshed] == [
+        ("updated", "0001-amd-example.patch"), ("unchanged", "0002-quark-example.patch")]
+    first = (project.patches_dir / "0001-amd-example.patch").read_text()
+    assert "+line 20 patched better" in first and "Subject: [PATCH] [AMD] example: patch line 20\n" in first
+    assert "Subject: [PATCH] [Quark] [v2] example: patch line 25\n" in (project.patches_dir / "0002-quark-example.patch").read_text()
+    assert (project.patches_dir / "series").read_text().count(".patch") == 2
+    report = apply_series(project, ["0.1.0"], update_lock=True)
+    assert report.ok, report.to_json()
 
 
 def _pristine_checkout(tree, dest):

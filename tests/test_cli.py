@@ -3,13 +3,14 @@ the cases apart (sglpatch/exitcodes.py)."""
 
 from __future__ import annotations
 
+import argparse
 import json
 import subprocess
 import sys
 
 import pytest
 
-from conftest import format_patch, tree_files
+from conftest import REPO_ROOT, format_patch, tree_files
 from sglpatch import __version__, exitcodes
 
 KERNEL = "python/sglang/jit_kernel/csrc/kernel.cuh"
@@ -105,3 +106,88 @@ def test_run_all_sums_up_the_cpu_tier_and_exits_like_its_cells(fake_project, mon
     assert cli.main(argv) == status
     assert asked == [([], 2)]
     assert "2 CPU cells: " in capsys.readouterr().out
+
+
+def _python_m_sglpatch(*args):
+    return subprocess.run([sys.executable, "-m", "sglpatch", *args], capture_output=True, text=True, timeout=120)
+
+
+def test_sglpatch_alone_lists_every_verb_with_its_line():
+    from sglpatch.cli import VERBS
+
+    run = _python_m_sglpatch()
+    assert run.returncode == exitcodes.USAGE
+    for name, line in VERBS.items():
+        assert f"  {name} " in run.stderr and line in run.stderr, name
+    assert "Traceback" not in run.stderr
+
+
+@pytest.mark.parametrize("typed, meant", [("aply", "apply"), ("upstrem", "upstream"), ("pin", "pins"), ("rebse", "rebase")])
+def test_a_mistyped_verb_is_told_the_nearest_one(typed, meant):
+    run = _python_m_sglpatch(typed, "0.5.14")
+    assert run.returncode == exitcodes.USAGE
+    assert run.stderr.strip() == f"sglpatch: error: '{typed}' is not a command; did you mean '{meant}'?"
+
+
+@pytest.mark.parametrize("argv, said", [(["matrix", "rn", "build", "0.5.14"], "'rn' is not an action of matrix; did you mean 'run'?"),
+                                        (["patch", "refesh", "0.5.23"], "'refesh' is not an action of patch; did you mean 'refresh'?"),
+                                        (["series", "frob"], "'frob' is not an action of series; its actions: bump, diff")])
+def test_a_mistyped_action_is_told_the_nearest_one(argv, said):
+    run = _python_m_sglpatch(*argv)
+    assert run.returncode == exitcodes.USAGE
+    assert run.stderr.strip() == f"sglpatch {argv[0]}: error: {said}"
+
+
+def test_a_malformed_option_of_sglpatchs_own_is_said_once():
+    run = _python_m_sglpatch("--root")
+    assert run.returncode == exitcodes.USAGE
+    assert run.stderr.count("error:") == 1 and "--root: expected one argument" in run.stderr
+
+
+def test_a_word_near_no_verb_gets_the_list_of_verbs():
+    run = _python_m_sglpatch("frobnicate")
+    assert run.returncode == exitcodes.USAGE and "'frobnicate' is not a command." in run.stderr
+    assert "  apply " in run.stderr and "did you mean" not in run.stderr
+
+
+def test_each_verbs_line_is_the_one_its_own_parser_registers():
+    """The list printed without importing the verbs says what each verb, imported, says of itself."""
+    from sglpatch import cli
+
+    sub = next(action for action in cli.parser()._actions if isinstance(action, argparse._SubParsersAction))
+    registered = {choice.dest: choice.help for choice in sub._choices_actions}
+    assert registered == cli.VERBS
+
+
+MODULES_AFTER = """
+import json, sys
+from sglpatch.cli import main
+try:
+    main(sys.argv[1:])
+finally:
+    print(json.dumps(sorted(name for name in sys.modules if name.startswith("sglpatch"))), file=sys.stderr)
+"""
+
+
+def _sglpatch_modules_imported(*args) -> set[str]:
+    """The sglpatch modules loaded once ``sglpatch ARGS`` is done."""
+    run = subprocess.run([sys.executable, "-c", MODULES_AFTER, *args], capture_output=True, text=True, timeout=120,
+                         cwd=REPO_ROOT)
+    assert run.returncode == 0, run.stderr[-2000:]
+    return set(json.loads(run.stderr.splitlines()[-1]))
+
+
+def test_help_imports_no_verb_and_pins_only_its_own():
+    """`sglpatch --help` and `sglpatch pins` start fast because they import no verb but their own
+    (benchmarks/bench_startup.py times them)."""
+    helped = _sglpatch_modules_imported("--help")
+    assert not {module for module in helped if module.startswith("sglpatch.commands.")}, helped
+    pins = _sglpatch_modules_imported("pins")
+    assert {module for module in pins if module.startswith("sglpatch.commands.")} == {"sglpatch.commands.pins"}
+    heavy = {"sglpatch.apply", "sglpatch.apply_pins", "sglpatch.sources", "sglpatch.cpu_envs", "sglpatch.cache"}
+    assert not (helped | pins) & heavy, (helped | pins) & heavy
+
+
+def test_a_verbs_own_help_still_lists_its_options():
+    run = _python_m_sglpatch("apply", "--help")
+    assert run.returncode == 0 and "--no-witnesses" in run.stdout and "--into CHECKOUT" in run.stdout

@@ -14,7 +14,7 @@ from sglpatch import sources
 from sglpatch.witnesses import answer_cache
 from sglpatch.errors import SglpatchError
 from sglpatch.into import apply_into, checkout_version, locked_proof
-from sglpatch.project import apply_series
+from sglpatch.apply_pins import apply_series
 
 KERNEL = "python/sglang/jit_kernel/csrc/kernel.cuh"
 EXAMPLE = "python/sglang/srt/layers/example.py"
@@ -60,6 +60,9 @@ def _pristine_files(project, dest):
 def _git_checkout(project, dest):
     _pristine_files(project, dest)
     git(dest, "init", "-q", "-b", "main")
+    # The user's identity, which git asks for before it commits (the machine may have none).
+    git(dest, "config", "user.name", "Rocm User")
+    git(dest, "config", "user.email", "user@example.com")
     git(dest, "add", "-A")
     git(dest, *USER, "commit", "-q", "-m", "sglang 0.1.0 as in the image")
     git(dest, "tag", "v0.1.0")
@@ -123,7 +126,7 @@ def _everything_in(checkout) -> dict:
     return {
         "files": files,
         "index": git(checkout, "ls-files", "--stage", "-z"),
-        "head": git(checkout, "rev-parse", "HEAD") + git(checkout, "symbolic-ref", "HEAD"),
+        "head": git(checkout, "rev-parse", "HEAD") + git(checkout, "rev-parse", "--symbolic-full-name", "HEAD"),
         "refs": git(checkout, "for-each-ref", "--format=%(refname) %(objectname)"),
         "commits": git(checkout, "rev-list", "--all", "--reflog"),
         "reflog": git(checkout, "reflog", "--all", "--format=%H %gs"),
@@ -198,7 +201,8 @@ def test_the_cli_applies_into_a_checkout_as_locked_without_the_tests_witnesses(g
     command = [sys.executable, "-m", "sglpatch", "-q", "--root", str(guarded.root), "apply", "--into", str(checkout)]
     done = subprocess.run(command, capture_output=True, text=True)
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "applied as git commits, as locked (series.lock tree" in done.stdout
+    assert "2 commits added on branch main, the series for sglang 0.1.0:" in done.stdout
+    assert "proof: as locked: series.lock's tree" in done.stdout
     assert git(checkout, "rev-parse", "HEAD^{tree}").strip() == _locked(guarded.project)["tree"]
 
 
@@ -220,7 +224,8 @@ def test_the_cli_refuses_a_pin_the_lock_does_not_hold_until_witnessed(fake_proje
         assert (folder / KERNEL).read_text() == files[KERNEL]
     done = subprocess.run([*command, "--witness", "--allow-unavailable"], capture_output=True, text=True)
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "applied as files rewritten, witnessed here" in done.stdout and "UNPROVEN" in done.stdout
+    assert "1 file rewritten in place (not a git checkout), the series for sglang 0.1.0:" in done.stdout
+    assert "proof: each patch's witness ran here" in done.stdout and "UNPROVEN" in done.stdout
     assert (folder / KERNEL).read_text() == guard
     assert not fake_project.project.lock_file.exists()  # --into proves, it does not write the lock
 
@@ -338,6 +343,8 @@ def _checkout_of(project, version, dest):
     archive = subprocess.run(["git", "archive", pristine.commit], cwd=pristine.repo, capture_output=True, check=True).stdout
     subprocess.run(["tar", "-x", "-C", str(dest)], input=archive, check=True)
     git(dest, "init", "-q", "-b", "main")
+    git(dest, "config", "user.name", "Rocm User")
+    git(dest, "config", "user.email", "user@example.com")
     git(dest, "add", "-A")
     git(dest, *USER, "commit", "-q", "-m", f"sglang {version} as in the image")
     git(dest, "tag", f"v{version}")
@@ -432,3 +439,205 @@ def test_the_patched_image_carries_the_pins_own_patch_for_a_patch_applied_three_
     assert cli.main(["-q", "--root", str(three_way.root), "image", "0.2.5"]) == 0
     assert [name for name, _ in built[0].patches] == ["0001-example.patch"]
     assert built[0].patches[0][1] == own
+
+
+
+# -- the checkouts users have, and what a person reads ---------------------------------------------
+
+def _cli_into(root, checkout, *extra, cwd=None, env=None, root_flag=True):
+    """``sglpatch apply --into CHECKOUT`` as a user types it, from ``cwd`` (not the project)."""
+    command = [sys.executable, "-m", "sglpatch", "-q", *(["--root", str(root)] if root_flag else []),
+               "apply", "--into", str(checkout), *extra]
+    return subprocess.run(command, capture_output=True, text=True, cwd=cwd, env=env)
+
+
+def _one_line_refusal(done, says):
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert says in done.stderr and "Traceback" not in done.stderr, done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1, done.stderr
+
+
+def test_a_linked_worktree_of_a_checkout_gets_the_commits_on_its_branch(guarded, tmp_path):
+    # git worktree add: the worktree's .git is a file naming the git directory elsewhere.
+    checkout = _git_checkout(guarded.project, tmp_path / "sglang")
+    worktree = tmp_path / "serving"
+    git(checkout, "worktree", "add", "-q", "-b", "serving", str(worktree), "v0.1.0")
+    assert (worktree / ".git").is_file()
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    done = _cli_into(guarded.root, worktree, cwd=elsewhere)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "on branch serving" in done.stdout
+    assert git(worktree, "rev-parse", "HEAD^{tree}").strip() == _locked(guarded.project)["tree"]
+    assert git(checkout, "rev-parse", "main").strip() == git(checkout, "rev-parse", "v0.1.0").strip()
+    assert git(worktree, "status", "--porcelain").strip() == ""
+    assert not [p for p in (checkout / ".git").rglob("sglpatch-into-index*")]
+
+
+def test_a_submodule_checkout_gets_the_commits(guarded, tmp_path):
+    checkout = _git_checkout(guarded.project, tmp_path / "sglang")
+    outer = tmp_path / "workspace"
+    outer.mkdir()
+    git(outer, "init", "-q", "-b", "main")
+    git(outer, "-c", "protocol.file.allow=always", "submodule", "add", "-q", str(checkout), "sglang")
+    sub = outer / "sglang"
+    assert (sub / ".git").is_file()
+    git(sub, "config", "user.name", "Rocm User")
+    git(sub, "config", "user.email", "user@example.com")
+    done = _cli_into(guarded.root, sub, "0.1.0", cwd=tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert git(sub, "rev-parse", "HEAD^{tree}").strip() == _locked(guarded.project)["tree"]
+
+
+def _conflicting_branch(checkout):
+    git(checkout, "switch", "-q", "-c", "other")
+    (checkout / EXAMPLE).write_text("theirs\n")
+    git(checkout, *USER, "commit", "-qam", "theirs")
+    git(checkout, "switch", "-q", "main")
+    (checkout / EXAMPLE).write_text("ours\n")
+    git(checkout, *USER, "commit", "-qam", "ours")
+
+
+def _in_a_merge(checkout):
+    _conflicting_branch(checkout)
+    subprocess.run(["git", *USER, "merge", "other"], cwd=checkout, capture_output=True)
+
+
+def _in_a_rebase(checkout):
+    _conflicting_branch(checkout)
+    subprocess.run(["git", *USER, "rebase", "other"], cwd=checkout, capture_output=True)
+
+
+def _in_a_cherry_pick(checkout):
+    _conflicting_branch(checkout)
+    subprocess.run(["git", *USER, "cherry-pick", "other"], cwd=checkout, capture_output=True)
+
+
+def _in_an_am(checkout):
+    _conflicting_branch(checkout)
+    patch = git(checkout, "format-patch", "-1", "--stdout", "other")
+    subprocess.run(["git", *USER, "am"], cwd=checkout, input=patch, capture_output=True, text=True)
+
+
+def _in_a_bisect(checkout):
+    _conflicting_branch(checkout)
+    git(checkout, "bisect", "start")
+
+
+@pytest.mark.parametrize(
+    "operation, says",
+    [(_in_a_merge, "a merge is in progress"), (_in_a_rebase, "a rebase is in progress"),
+     (_in_a_cherry_pick, "a cherry-pick is in progress"), (_in_an_am, "'git am' is in progress"),
+     (_in_a_bisect, "a bisect is in progress")],
+    ids=["merge", "rebase", "cherry-pick", "am", "bisect"],
+)
+def test_a_checkout_in_the_middle_of_a_git_operation_is_refused_and_nothing_changes(guarded, tmp_path, operation, says):
+    checkout = _git_checkout(guarded.project, tmp_path / "sglang")
+    operation(checkout)
+    before = _everything_in(checkout)
+    done = _cli_into(guarded.root, checkout, "0.1.0", cwd=tmp_path)
+    _one_line_refusal(done, says)
+    assert "nothing was changed" in done.stderr
+    assert _everything_in(checkout) == before
+
+
+def test_a_detached_head_gets_the_commits_and_is_told_they_are_on_no_branch(guarded, tmp_path):
+    checkout = _git_checkout(guarded.project, tmp_path / "sglang")
+    git(checkout, "switch", "-q", "--detach", "v0.1.0")  # how an image's checkout of a tag stands
+    done = _cli_into(guarded.root, checkout, cwd=tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "detached HEAD: the commits are on no branch; `git switch -c NAME` keeps them" in done.stdout
+    assert git(checkout, "rev-parse", "HEAD^{tree}").strip() == _locked(guarded.project)["tree"]
+    assert git(checkout, "rev-parse", "main").strip() == git(checkout, "rev-parse", "v0.1.0").strip()
+
+
+@pytest.mark.parametrize("kind", ["git", "plain"])
+def test_a_second_apply_into_says_already_applied_and_changes_nothing(guarded, tmp_path, kind):
+    if kind == "git":
+        checkout = _git_checkout(guarded.project, tmp_path / "sglang")
+    else:
+        checkout = _pristine_files(guarded.project, tmp_path / "plain")
+        (checkout / "python" / "sglang" / "_version.py").write_text("__version__ = version = '0.1.0'\n")
+    first = _cli_into(guarded.root, checkout, cwd=tmp_path)
+    assert first.returncode == 0, first.stdout + first.stderr
+    before = _everything_in(checkout) if kind == "git" else (checkout / KERNEL).read_bytes()
+    again = _cli_into(guarded.root, checkout, cwd=tmp_path)
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert "already applied: the series for sglang 0.1.0 as locked" in again.stdout
+    assert (_everything_in(checkout) if kind == "git" else (checkout / KERNEL).read_bytes()) == before
+
+
+@pytest.mark.parametrize(
+    "flag", [["--update-lock"], ["-j", "2"], ["--jobs=1"], ["--no-witnesses"], ["--discard-local"], ["--out", "x"],
+             ["--report", "r.json"], ["--git-url", "file:///nowhere"]],
+    ids=lambda flag: flag[0])
+def test_flags_that_mean_nothing_with_into_are_refused(guarded, tmp_path, flag):
+    checkout = _git_checkout(guarded.project, tmp_path / "sglang")
+    before = _everything_in(checkout)
+    done = _cli_into(guarded.root, checkout, *flag, cwd=tmp_path)
+    named = "-j/--jobs" if flag[0].startswith(("-j", "--jobs")) else flag[0]
+    _one_line_refusal(done, f"{named} means nothing with --into")
+    assert _everything_in(checkout) == before
+
+
+def test_verbose_without_into_is_refused_rather_than_ignored(guarded, tmp_path):
+    done = subprocess.run([sys.executable, "-m", "sglpatch", "-q", "--root", str(guarded.root), "apply", "-v"],
+                          capture_output=True, text=True)
+    _one_line_refusal(done, "-v goes with --into")
+
+
+def test_without_a_git_identity_the_user_is_asked_for_one_as_git_does(guarded, tmp_path):
+    import os
+
+    checkout = _git_checkout(guarded.project, tmp_path / "sglang")
+    git(checkout, "config", "--unset", "user.name")
+    git(checkout, "config", "--unset", "user.email")
+    home = tmp_path / "home"
+    home.mkdir()
+    env = {key: value for key, value in os.environ.items()
+           if not key.startswith("GIT_") and key not in ("EMAIL", "HOME", "XDG_CONFIG_HOME")}
+    env.update(HOME=str(home), GIT_CONFIG_NOSYSTEM="1")
+    git_says = subprocess.run(["git", "var", "GIT_COMMITTER_IDENT"], cwd=checkout, env=env, capture_output=True, text=True)
+    before = _everything_in(checkout)
+    done = _cli_into(guarded.root, checkout, cwd=tmp_path, env=env)
+    if git_says.returncode != 0:
+        # git itself would refuse to commit: so does apply --into, with git's own request.
+        _one_line_refusal(done, 'git config --global user.email "you@example.com"')
+        assert "Please tell me who you are" in done.stderr and "nothing was changed" in done.stderr
+        assert _everything_in(checkout) == before
+    else:
+        # git found an identity of its own (this machine's name has a domain): it is the committer.
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert git(checkout, "log", "-1", "--format=%cn <%ce>").strip() == git_says.stdout.rsplit(">", 1)[0] + ">"
+    assert "sglpatch@localhost" not in git(checkout, "log", "--format=%ce")
+
+
+def test_the_output_says_what_changed_what_proved_it_and_what_to_do_next(guarded, tmp_path):
+    checkout = _git_checkout(guarded.project, tmp_path / "sglang")
+    head = git(checkout, "rev-parse", "HEAD").strip()
+    done = _cli_into(guarded.root, checkout, cwd=tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    lines = done.stdout.splitlines()
+    commits = git(checkout, "log", "--format=%h %s", "-2", "--abbrev=12").splitlines()[::-1]
+    assert f"{checkout}: 2 commits added on branch main, the series for sglang 0.1.0:" == lines[0]
+    assert [line.strip() for line in lines[1:3]] == commits
+    proof = [line for line in lines if line.startswith("proof: ")]
+    assert len(proof) == 1 and len(proof[0]) <= 110, proof
+    assert "series.lock" in proof[0] and "no witness ran" in proof[0]
+    assert f"check: git -C {checkout} log --oneline -3" in done.stdout
+    assert f"undo:  git -C {checkout} reset --keep {head[:12]}" in done.stdout
+    assert "restart the sglang server" in done.stdout
+    assert "Outcome." not in done.stdout and "witness guard-text" not in done.stdout
+    # The details the short line leaves out: -v prints what the lock records of the witnesses.
+    undone = subprocess.run(["git", "reset", "-q", "--keep", head], cwd=checkout)
+    assert undone.returncode == 0 and git(checkout, "rev-parse", "HEAD").strip() == head
+    verbose = _cli_into(guarded.root, checkout, "-v", cwd=tmp_path)
+    assert verbose.returncode == 0, verbose.stdout + verbose.stderr
+    for number, patch in (("0001", "0001-guard.patch"), ("0002", "0002-note.patch")):
+        said = next(p for p in _locked(guarded.project)["patches"] if p["name"] == patch)["witness"]
+        assert (f"  {number} applied (witness on the pristine tree {said['pristine']}, "
+                f"on the patched tree {said['patched']})") in verbose.stdout.splitlines(), verbose.stdout
+    git(checkout, "reset", "-q", "--keep", head)
+    document = json.loads(_cli_into(guarded.root, checkout, "--json", cwd=tmp_path).stdout)
+    assert document["branch"] == "main" and document["head_before"] == head and len(document["commits"]) == 2
+    assert locked_proof(_locked(guarded.project)) in document["proof"]

@@ -89,8 +89,70 @@ def test_a_verdict_is_accepted_only_when_every_part_ran_and_found_nothing():
     assert not verdict.accepted and verdict.summary().startswith("refused: imports:")
 
 
-def test_names_a_module_makes_at_import_time_are_not_refused():
-    lazy = {"python/sglang/srt/lazy.py": "def __getattr__(name):\n    return name\n",
-            "python/sglang/srt/star.py": "from sglang.srt.utils import *\n"}
-    new = "from sglang.srt.lazy import anything\nfrom sglang.srt.star import is_hip\n"
-    assert names_findings(COMM, "", new, _release(lazy)) == []
+def test_a_star_import_of_another_sglang_module_is_followed_and_checked():
+    star = {"python/sglang/srt/star.py": "from sglang.srt.utils import *\n",
+            "python/sglang/srt/relative/__init__.py": "from ..utils import *\n"}
+    new = ("from sglang.srt.star import is_hip\nfrom sglang.srt.star import is_cuda\n"
+           "from sglang.srt.relative import is_hip as hip\n")
+    assert names_findings(COMM, "", new, _release(star)) == [f"{COMM}:2: sglang.srt.star defines no is_cuda"]
+
+
+def test_a_name_a_module_may_make_at_import_time_is_a_finding_that_it_could_not_be_checked():
+    # Issue 30: a module __getattr__, or a star import from outside the release, hides what the
+    # module defines; the names part cannot look, and says so (which refuses the port).
+    blind = {"python/sglang/srt/lazy.py": "def __getattr__(name):\n    return name\n\n\ndef real():\n    pass\n",
+             "python/sglang/srt/outside.py": "from torch import *\n"}
+    new = "from sglang.srt.lazy import anything, real\nfrom sglang.srt.outside import tensor\n"
+    assert names_findings(COMM, "", new, _release(blind)) == [
+        f"{COMM}:1: could not check whether sglang.srt.lazy defines anything: sglang.srt.lazy makes names at import time"
+        " (a module __getattr__)",
+        f"{COMM}:2: could not check whether sglang.srt.outside defines tensor: sglang.srt.outside takes names by a star"
+        " import from torch, outside the release",
+    ]
+
+
+def test_a_release_file_that_does_not_parse_is_a_finding_not_a_pass():
+    broken = OLD.replace("def fused(batch_size):", "def fused(batch_size) ->:")
+    new = broken.replace(" and batch_size > 0\n", " and batch_size > 0 and undefined_name\n")
+    findings = names_findings(COMM, broken, new, _release())
+    assert len(findings) == 1 and findings[0].startswith(
+        f"{COMM}: could not check the names its lines use: the release's own file does not parse here")
+    # A module imported from, whose file does not parse, is one the part could not look into either.
+    bad = {"python/sglang/srt/bad.py": "def f(:\n"}
+    found = names_findings(COMM, "", "from sglang.srt.bad import f\n", _release(bad))
+    assert found == [f"{COMM}:1: could not check what it imports from sglang.srt.bad: python/sglang/srt/bad.py does not parse"
+                     " here (line 1: invalid syntax)"]
+
+
+def test_server_args_whose_fields_cannot_be_read_is_a_finding_where_a_line_reads_one():
+    based = SERVER_ARGS.replace("class ServerArgs:", "class ServerArgs(Base):")
+    old = "from sglang.srt.runtime_context import get_server_args\n\n\ndef f():\n    return 1\n"
+    new = old.replace("return 1", "return get_server_args().tp_size")
+    assert names_findings(COMM, old, new, _release({"python/sglang/srt/server_args.py": based})) == [
+        f"{COMM}:5: could not check the ServerArgs field 'tp_size': ServerArgs takes fields from a base class"]
+
+
+def test_names_only_the_port_defines_are_checked_against_the_port_and_reported_as_its_own():
+    release_files = {"python/sglang/srt/utils/__init__.py": "def is_hip():\n    return False\n",
+                     "python/sglang/srt/server_args.py": SERVER_ARGS, "python/sglang/srt/runtime_context.py": RUNTIME}
+    port_files = {**release_files,
+                  "python/sglang/srt/utils/__init__.py": "def is_hip():\n    return False\n\n\ndef is_mi355x():\n    return False\n",
+                  "python/sglang/srt/new_module.py": "X = 1\n",
+                  "python/sglang/srt/server_args.py": SERVER_ARGS.replace("    tp_size: int = 1\n",
+                                                                          "    tp_size: int = 1\n    new_field: int = 0\n")}
+    port = Release(port_files.get, lambda path: path in port_files)
+    release = Release(release_files.get, lambda path: path in release_files, port=port)
+    old = "from sglang.srt.runtime_context import get_server_args\n\n\ndef f():\n    return 1\n"
+    new = ("from sglang.srt.runtime_context import get_server_args\nfrom sglang.srt.utils import is_mi355x\n"
+           "from sglang.srt.new_module import X\n\n\ndef f():\n    return get_server_args().new_field or X or is_mi355x()\n")
+    assert names_findings(COMM, old, new, release) == []
+    assert release.added == [
+        f"{COMM}:2: imports is_mi355x from sglang.srt.utils, which the port itself adds",
+        f"{COMM}:3: imports sglang.srt.new_module, a module the port itself adds",
+        f"{COMM}:7: reads ServerArgs field 'new_field', which the port itself adds",
+    ]
+    # Without the port's own tree the same lines are findings: the release alone does not define them.
+    assert len(names_findings(COMM, old, new, Release(release_files.get, lambda path: path in release_files))) == 3
+    verdict = Verdict(checked=["names", "witness", "imports"], added=release.added)
+    assert verdict.accepted and "3 name(s) the port itself adds" in verdict.summary()
+    assert f"the port adds: {release.added[0]}" in verdict.findings()

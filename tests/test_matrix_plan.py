@@ -19,6 +19,7 @@ from sglpatch.matrix.cells import PROFILE
 from sglpatch.profile import load_profile
 from sglpatch.project import Project
 from sglpatch.rocm import constants
+from sglpatch.rocm.constants import ROCM_GPU
 
 WORKFLOW = REPO_ROOT / ".github" / "workflows" / "matrix.yml"
 PROJECT = Project(REPO_ROOT)
@@ -181,10 +182,11 @@ def test_the_plan_counts_exactly_the_server_starts_of_the_jobs_grouping():
 def test_recorded_durations_replace_the_defaults_and_the_plan_says_so(tmp_path):
     for check, seconds in (("build", 100.0), ("load", 1000.0), ("spec", 500.0), ("accuracy", 2000.0)):
         (tmp_path / f"{check}.json").write_text(json.dumps(
-            {"tier": "rocm", "check": check, "pin": "0.5.23", "outcome": "passed", "seconds": seconds}))
-    (tmp_path / "skipped.json").write_text(json.dumps({"tier": "rocm", "check": "spec", "outcome": "skipped", "seconds": 1}))
+            {"tier": "rocm", "check": check, "pin": "0.5.23", "outcome": "passed", "seconds": seconds, "device": ROCM_GPU}))
+    (tmp_path / "skipped.json").write_text(json.dumps({"tier": "rocm", "check": "spec", "outcome": "skipped", "seconds": 1,
+                                                               "device": ROCM_GPU}))
     (tmp_path / "rocm-job-0.5.23-nightly.json").write_text(json.dumps({
-        "kind": "rocm-job", "pin": "0.5.23", "image_s": 600.0, "checkpoint": {"seconds": 30.0},
+        "kind": "rocm-job", "pin": "0.5.23", "device": ROCM_GPU, "image_s": 600.0, "checkpoint": {"seconds": 30.0},
         "servers": [{"serving": True, "seconds": 700.0, "checkpoint": "synthetic"},
                     {"serving": True, "seconds": 500.0, "checkpoint": "synthetic"},
                     {"serving": True, "seconds": 2000.0, "checkpoint": "model"}, {"serving": False, "seconds": 3.0}],
@@ -206,7 +208,7 @@ def test_recorded_durations_replace_the_defaults_and_the_plan_says_so(tmp_path):
 def _spec_only_records(folder: Path) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "spec.json").write_text(json.dumps({"tier": "rocm", "check": "spec", "pin": "0.5.23", "outcome": "passed",
-                                                  "seconds": 500.0}))
+                                                  "seconds": 500.0, "device": ROCM_GPU}))
     return folder
 
 
@@ -249,7 +251,7 @@ def test_a_plan_from_defaults_alone_names_every_figure_a_default():
 def _bench_record(folder: Path, workload: str, variant: str, run_seconds: list[float]) -> None:
     folder.mkdir(parents=True, exist_ok=True)
     (folder / f"bench-{workload}-{variant}.json").write_text(json.dumps({
-        "kind": "bench", "workload": workload, "variant": variant, "pin": "0.5.23",
+        "kind": "bench", "workload": workload, "variant": variant, "pin": "0.5.23", "device": ROCM_GPU,
         "runs": [{"rate": "single", "seconds": seconds} for seconds in run_seconds]}))
 
 
@@ -350,12 +352,13 @@ def test_the_runner_labels_are_configurable():
     assert json.loads(runner.removeprefix("runner=")) == ["self-hosted", "linux-mi30x-gpu-2"]
 
 
-def test_the_readme_states_exactly_what_sglpatch_matrix_plan_prints(tmp_path):
-    """The README's plan figures are the plan's own: its generated block equals the first line
-    `sglpatch matrix plan` prints for each event (no records: every figure a default), and every
-    node-hour figure anywhere in the README is one the plan prints."""
-    readme = (REPO_ROOT / "README.md").read_text()
-    block = readme.split("<!-- sglpatch matrix plan: generated figures, kept equal by tests/test_matrix_plan.py -->\n")[1]
+def test_the_manual_states_exactly_what_sglpatch_matrix_plan_prints(tmp_path):
+    """The manual's plan figures are the plan's own: the generated block of its CI page equals the
+    first line `sglpatch matrix plan` prints for each event (no records: every figure a default),
+    and every node-hour figure anywhere in the README or the manual is one the plan prints."""
+    page = (REPO_ROOT / "docs" / "ci.md").read_text()
+    text = "\n".join(path.read_text() for path in [REPO_ROOT / "README.md", *sorted((REPO_ROOT / "docs").rglob("*.md"))])
+    block = page.split("<!-- sglpatch matrix plan: generated figures, kept equal by tests/test_matrix_plan.py -->\n")[1]
     block = block.split("<!-- end of generated figures -->")[0]
     empty = tmp_path / "no-records"
     empty.mkdir()
@@ -369,4 +372,4 @@ def test_the_readme_states_exactly_what_sglpatch_matrix_plan_prints(tmp_path):
         expected += [f"$ sglpatch matrix plan --event {event}", out.splitlines()[0]]
     assert block == "```\n" + "\n".join(expected) + "\n```\n"
     figures = set(re.findall(r"(\d+\.\d\d) node-hours", "\n".join(printed)))
-    assert set(re.findall(r"(\d+\.\d\d) node-hours", readme)) <= figures
+    assert set(re.findall(r"(\d+\.\d\d) node-hours", text)) <= figures

@@ -21,7 +21,7 @@ from conftest import REPO_ROOT
 from sglpatch import package_index as index
 from sglpatch import index_listing
 from sglpatch.errors import SglpatchError
-from sglpatch.project import apply_series
+from sglpatch.apply_pins import apply_series
 
 def _simple_index(folder, artifacts):
     """A PEP 503 index on disk, as a mirror (devpi, a file:// mirror) serves it."""

@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from sglpatch import progress
-from sglpatch.project import apply_series
+from sglpatch.apply_pins import apply_series
 
 
 class _Terminal(io.StringIO):

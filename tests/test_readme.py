@@ -1,7 +1,8 @@
-"""The README drifts from the code only by failing this test: every `sglpatch ...` and `nox ...`
-command it shows parses with the real command line (and names real sessions and tags), and the
-cheap ones are run for real here; the heavy ones (apply, the matrix, the bench) are what the other
-tests run."""
+"""The README and the manual drift from the code only by failing this test: every `sglpatch ...`
+and `nox ...` command they show parses with the real command line (and names real sessions and
+tags), and the cheap ones are run for real here; the heavy ones (apply, the matrix, the bench) are
+what the other tests run. The README stays a front door: at most about 10 KB, its two
+fresh-machine commands exactly, and every page it links there."""
 
 from __future__ import annotations
 
@@ -16,6 +17,11 @@ import pytest
 from conftest import REPO_ROOT
 
 README = (REPO_ROOT / "README.md").read_text()
+# The manual's pages (the research notes are a record of findings, not instructions to follow).
+MANUAL = {path.relative_to(REPO_ROOT): path.read_text() for path in sorted((REPO_ROOT / "docs").rglob("*.md"))
+          if "research" not in path.parts}
+TEXT = "\n".join([README, *MANUAL.values()])
+FRESH_MACHINE = ["python3 -m pip install nox && nox -s apply", "python3 -m pip install nox && nox -s tests"]
 PLACEHOLDERS = {
     "PIN...": "0.5.14", "PIN": "0.5.14", "X": "0.5.14", "VERSION": "0.5.24",
     "PATCH": "0001-amd-guard-cuda-runtime-include-fused-metadata-copy", "CHECKPOINT": "/tmp/checkpoint",
@@ -29,8 +35,8 @@ RUN_FOR_REAL = ["sglpatch --version", "sglpatch pins", "sglpatch check", "sglpat
 
 
 def readme_commands() -> list[str]:
-    spans = re.findall(r"`((?:sglpatch|nox) [^`]+)`", README)
-    spans += re.findall(r"^    (?:python3 -m pip install nox && )?((?:sglpatch|nox) .+)$", README, re.MULTILINE)
+    spans = re.findall(r"`((?:sglpatch|nox) [^`]+)`", TEXT)
+    spans += re.findall(r"^    (?:python3 -m pip install nox && )?((?:sglpatch|nox) .+)$", TEXT, re.MULTILINE)
     commands = []
     for span in spans:
         text = " ".join(span.split())
@@ -87,8 +93,24 @@ def nox_sessions() -> set[str]:
     return {re.sub(r" \[[^\]]*\]$", "", name) for name in names}  # less the [tags] nox shows
 
 
-def test_the_readme_shows_commands():
+def test_the_readme_and_the_manual_show_commands():
     assert len(readme_commands()) > 40
+
+
+def test_the_readme_is_a_front_door_of_at_most_about_10_kb():
+    assert len(README.encode()) <= 10 * 1024
+
+
+def test_the_readme_keeps_its_two_fresh_machine_commands_exactly():
+    shown = re.findall(r"^    (python3 -m pip install nox && .+)$", README, re.MULTILINE)
+    assert shown == FRESH_MACHINE
+
+
+def test_every_page_the_readme_links_exists():
+    links = re.findall(r"\]\(([^)#]+)(?:#[^)]*)?\)", README)
+    local = [link for link in links if "://" not in link]
+    assert "docs/index.md" in local and len(local) > 10
+    assert [link for link in local if not (REPO_ROOT / link).is_file()] == []
 
 
 @pytest.mark.parametrize("command", [c for c in readme_commands() if c.startswith("sglpatch ")])

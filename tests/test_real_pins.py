@@ -12,7 +12,7 @@ from packaging.version import Version
 from conftest import REPO_ROOT, git
 from sglpatch import index_listing, sources
 from sglpatch.pins import load_pins
-from sglpatch.project import apply_series
+from sglpatch.apply_pins import apply_series
 from sglpatch.series import load_series
 from sglpatch.watch import index_releases
 

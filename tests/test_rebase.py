@@ -460,9 +460,11 @@ def test_a_release_left_out_whose_renditions_still_apply_is_ported_to_the_commit
 
     row = rebase_left_out(REPO_ROOT, "0.5.12.post1", tmp_path)
     assert row["ported"] and row["written"] and row["identical"], row
-    # The release's real CPU cells ran on the staged series, every one of them, and passed.
+    # The release's real CPU cells answered on the staged series, every one of them, and passed:
+    # computed now, or replayed from an earlier run on the same trees and code (cells_replayed says which).
     assert row["cells"] == [f"cpu-{check}-0.5.12.post1{depth} passed"
                             for check, depth in [("build", ""), ("load", ""), *(("spec", f"-d{d}") for d in range(1, 7))]], row
+    assert set(row["cells_replayed"]) <= {cell.split(" ")[0] for cell in row["cells"]}
     assert [(p["verdict"], p["step"]) for p in row["patches"]] == [("carries-over", "exact")] * 3
 
 
@@ -774,3 +776,45 @@ def test_every_patch_left_for_a_person_gets_its_candidate_in_the_prepared_tree_a
     assert "+patched" in then and "example.py" not in then.split("---\n", 1)[1]
     again = rebase_onto(fake_project.project, "0.3.0")
     assert _verdicts(again) == [("0001-example.patch", "carries-over"), ("0002-other.patch", "carries-over")] and again.written
+
+
+def _with_tests(fake_project, tmp_path, monkeypatch, answer: str):
+    """The example patch (its witness passes on the port) with a regression test beside it. The
+    test releases hold no sglang to import, so a test double answers for the pin's CPU Python:
+    every patch's tests say ``answer``."""
+    from sglpatch.witnesses import probing
+    from sglpatch.witnesses.upstream_test import UpstreamTestWitness
+
+    fake_project.set_patches([("0001-example.patch", _example_patch(tmp_path))])
+    test = fake_project.root / "patches" / "tests" / "0001-example" / "test/registered/unit/layers/test_example.py"
+    test.parent.mkdir(parents=True)
+    test.write_text('register_cpu_ci(est_time=1, suite="base-a-test-cpu")\n\nif __name__ == "__main__":\n    main()\n')
+    ran = []
+
+    def cpu_python_double(witnesses, tree, pin):
+        ran.extend(w.name for w in witnesses)
+        assert all(isinstance(w, UpstreamTestWitness) for w in witnesses)
+        return {w.name: WitnessResult(w.name, answer, "unittest double", f"the double says {answer}") for w in witnesses}
+
+    monkeypatch.setattr(probing, "run_probe_witnesses", cpu_python_double)
+    _release(fake_project, "0.3.0", example_lines({5: "upstream changed line 5\n"}))
+    return ran
+
+
+def test_a_port_whose_regression_test_fails_is_refused_by_the_judge(fake_project, tmp_path, monkeypatch):
+    ran = _with_tests(fake_project, tmp_path, monkeypatch, BUG)
+    before = _snapshot(fake_project.root)
+    report = rebase_onto(fake_project.project, "0.3.0")
+    assert _verdicts(report) == [("0001-example.patch", "needs-hand-port")]
+    first = report.outcomes[0].attempts[0]
+    assert (first.how, first.result, first.witness_after) == ("exact", "applies", "clean [text]")
+    assert first.judge.startswith("refused: witness: upstream-test:0001-example says bug [unittest double]")
+    assert "upstream-test:0001-example" in ran
+    assert not report.written and _snapshot(fake_project.root) == before
+
+
+def test_a_port_whose_regression_test_passes_carries_over(fake_project, tmp_path, monkeypatch):
+    _with_tests(fake_project, tmp_path, monkeypatch, CLEAN)
+    report = rebase_onto(fake_project.project, "0.3.0")
+    assert _verdicts(report) == [("0001-example.patch", "carries-over")]
+    assert report.outcomes[0].attempts[0].judge == "accepted (names, witness, imports)"

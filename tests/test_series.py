@@ -9,7 +9,7 @@ import pytest
 from conftest import format_patch, tree_files
 from sglpatch.check import check_series
 from sglpatch.errors import SglpatchError
-from sglpatch.project import apply_series
+from sglpatch.apply_pins import apply_series
 from sglpatch.series import load_series, parse_patch_file
 
 EXAMPLE = "python/sglang/srt/layers/example.py"

@@ -11,7 +11,7 @@ from conftest import BASE_FILES, format_patch, git, make_wheel, pin_entry, tree_
 from sglpatch import cli, suggest, suggest_write
 from sglpatch.errors import SglpatchError
 from sglpatch.lock import read_lock
-from sglpatch.project import apply_series
+from sglpatch.apply_pins import apply_series
 from sglpatch.series import parse_patch_file
 
 KERNEL = "python/sglang/jit_kernel/csrc/kernel.cuh"

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import format_patch, git, tree_files
+from conftest import TEST_WITNESSES, TextWitness, example_lines, format_patch, git, tree_files
 from sglpatch import upstream_pr
 from sglpatch.errors import SglpatchError
+from sglpatch.witnesses import registry
 
 KERNEL = "python/sglang/jit_kernel/csrc/kernel.cuh"
 BODY = """Problem: the kernel does not build on ROCm.
@@ -15,18 +16,13 @@ Cause: it includes the CUDA runtime unconditionally.
 
 Fix: guard the include."""
 
-GOLDEN = """# kernel: guard the CUDA runtime include
+SECTIONS = ["## Motivation", "## Modifications", "## Accuracy Tests", "## Speed Tests and Profiling", "## Checklist"]
 
-Problem: the kernel does not build on ROCm.
 
-Cause: it includes the CUDA runtime unconditionally.
-
-Fix: guard the include.
-
-## How it was tested
-
-Witness `guard-text` on main ({commit}) of {repo}: without the patch bug [text] ('#ifndef USE_ROCM' in python/sglang/jit_kernel/csrc/kernel.cuh); with it clean [text] ('#ifndef USE_ROCM' in python/sglang/jit_kernel/csrc/kernel.cuh).
-"""
+def _export(project, repo, tmp_path, **kwargs):
+    # sglang's pre-commit hooks are tested on their own below (they install from the package index).
+    return upstream_pr.export(project, "0001-guard", base="main", base_repo=repo, out=tmp_path / "out",
+                              hooks=kwargs.pop("hooks", False), **kwargs)
 
 
 def _base_repo(tmp_path, kernel_text=None):
@@ -56,7 +52,7 @@ def guard_project(fake_project, tmp_path):
 
 def test_export_makes_a_branch_an_mbox_and_the_pr_body(guard_project, tmp_path):
     repo = _base_repo(tmp_path)
-    result = upstream_pr.export(guard_project.project, "0001-guard", base="main", base_repo=repo, out=tmp_path / "out")
+    [result] = _export(guard_project.project, repo, tmp_path)
     assert git(repo, "rev-parse", "sglpatch-upstream/0001-guard").strip() == result.commit
     assert git(repo, "log", "-1", "--format=%s%n%an <%ae>", result.commit).splitlines() == [
         "kernel: guard the CUDA runtime include",
@@ -64,16 +60,22 @@ def test_export_makes_a_branch_an_mbox_and_the_pr_body(guard_project, tmp_path):
     ]
     assert "#ifndef USE_ROCM" in git(repo, "show", f"{result.commit}:{KERNEL}")
     assert result.mbox.read_text().startswith("From " + result.commit)
-    commit = git(repo, "rev-parse", "main").strip()[:12]
-    assert result.body.read_text() == GOLDEN.format(commit=commit, repo=repo)
-    assert "Upstream-Status" not in result.body.read_text() and "Applies-To" not in result.body.read_text()
+    body = result.body.read_text()
+    assert [line for line in body.splitlines() if line.startswith("## ")] == SECTIONS
+    motivation = body.split("## Modifications")[0]
+    assert "The kernel does not build on ROCm." in motivation and "It includes the CUDA runtime unconditionally." in motivation
+    assert "Guard the include." in body.split("## Modifications")[1].split("## Accuracy Tests")[0]
+    assert "Without the change it fails:\n\n```\n'#ifndef USE_ROCM' in python/sglang/jit_kernel/csrc/kernel.cuh\n```" in body
+    assert "With the change it passes:" in body and "Not measured on MI355X." in body
+    assert "Upstream-Status" not in body and "Applies-To" not in body and "witness" not in body.lower()
+    assert max(len(line) for line in body.splitlines()) <= 140
 
 
 def test_export_refuses_a_base_that_already_has_the_patch(guard_project, tmp_path):
     guarded = tree_files("0.1.0")[KERNEL].replace("#include <cuda_runtime.h>\n", "#ifndef USE_ROCM\n#include <cuda_runtime.h>\n#endif\n")
     repo = _base_repo(tmp_path, guarded)
     with pytest.raises(SglpatchError, match="already upstream at main .* reverse-applies"):
-        upstream_pr.export(guard_project.project, "0001-guard", base="main", base_repo=repo, out=tmp_path / "out")
+        _export(guard_project.project, repo, tmp_path)
     assert "sglpatch-upstream" not in git(repo, "branch")
 
 
@@ -81,13 +83,13 @@ def test_export_refuses_a_base_where_the_witness_already_passes(guard_project, t
     fixed_differently = "#pragma once\n#include <algorithm>\n#include <cuda_runtime.h>\n\nvoid f();\n// #ifndef USE_ROCM handled elsewhere\n"
     repo = _base_repo(tmp_path, fixed_differently)
     with pytest.raises(SglpatchError, match="not needed at main .* witness guard-text already passes"):
-        upstream_pr.export(guard_project.project, "0001-guard", base="main", base_repo=repo, out=tmp_path / "out")
+        _export(guard_project.project, repo, tmp_path)
 
 
 def test_range_diff_is_included_in_the_body_when_asked(guard_project, tmp_path):
     repo = _base_repo(tmp_path)
-    result = upstream_pr.export(guard_project.project, "0001-guard", base="main", base_repo=repo, out=tmp_path / "out",
-                                range_diff="series v1 -> v2 on sglang 0.1.0\n1:  abc ! 1:  def kernel: guard")
+    [result] = upstream_pr.export(guard_project.project, "0001-guard", base="main", base_repo=repo, out=tmp_path / "out",
+                                  hooks=False, range_diff="series v1 -> v2 on sglang 0.1.0\n1:  abc ! 1:  def kernel: guard")
     body = result.body.read_text()
     assert body.endswith("## Changes since the previous version of this series\n\n```\nseries v1 -> v2 on sglang 0.1.0\n"
                          "1:  abc ! 1:  def kernel: guard\n```\n")
@@ -95,7 +97,7 @@ def test_range_diff_is_included_in_the_body_when_asked(guard_project, tmp_path):
 
 def test_open_pr_refuses_plainly_without_gh(guard_project, tmp_path, monkeypatch):
     repo = _base_repo(tmp_path)
-    result = upstream_pr.export(guard_project.project, "0001-guard", base="main", base_repo=repo, out=tmp_path / "out")
+    [result] = _export(guard_project.project, repo, tmp_path)
     monkeypatch.setenv("PATH", str(tmp_path / "empty-bin"))
     with pytest.raises(SglpatchError, match="gh CLI is not installed"):
         upstream_pr.open_pull_request(result)
@@ -109,11 +111,11 @@ def test_open_pr_hands_title_body_and_branch_to_gh(guard_project, tmp_path, monk
     (fake_bin / "gh").write_text(f'#!/bin/sh\nprintf "%s\\n" "$@" > {record}\necho https://github.com/o/r/pull/1\n')
     (fake_bin / "gh").chmod(0o755)
     repo = _base_repo(tmp_path)
-    result = upstream_pr.export(guard_project.project, "0001-guard", base="main", base_repo=repo, out=tmp_path / "out")
+    [result] = _export(guard_project.project, repo, tmp_path)
     monkeypatch.setenv("PATH", f"{fake_bin}:/usr/bin:/bin")
     assert upstream_pr.open_pull_request(result, "me:sglpatch-upstream/0001-guard") == "https://github.com/o/r/pull/1"
     assert record.read_text().splitlines() == [
-        "pr", "create", "--title", "kernel: guard the CUDA runtime include", "--body-file", str(result.body),
+        "pr", "create", "--repo", "sgl-project/sglang", "--base", "main", "--title", "kernel: guard the CUDA runtime include", "--body-file", str(result.body),
         "--head", "me:sglpatch-upstream/0001-guard",
     ]
 
@@ -131,7 +133,7 @@ def _trailered_project(fake_project, tmp_path):
 def test_upstream_sees_a_clean_commit_without_our_trailers(fake_project, tmp_path):
     project = _trailered_project(fake_project, tmp_path).project
     repo = _base_repo(tmp_path)
-    result = upstream_pr.export(project, "0001-guard", base="main", base_repo=repo, out=tmp_path / "out")
+    [result] = _export(project, repo, tmp_path)
     message = git(repo, "log", "-1", "--format=%B", result.commit)
     mbox = result.mbox.read_text()
     for trailer in ("Upstream-Status", "Witness", "Applies-To", "Fixed-Upstream-In", "Origin", "Bug"):
@@ -145,7 +147,8 @@ def test_signoff_adds_the_users_own_identity(fake_project, tmp_path):
     repo = _base_repo(tmp_path)
     git(repo, "config", "user.name", "Rocm Engineer")
     git(repo, "config", "user.email", "eng@example.com")
-    result = upstream_pr.export(project, "0001-guard", base="main", base_repo=repo, out=tmp_path / "out", signoff=True)
+    [result] = upstream_pr.export(project, "0001-guard", base="main", base_repo=repo, out=tmp_path / "out", signoff=True,
+                                  hooks=False)
     message = git(repo, "log", "-1", "--format=%B%n%cn <%ce>", result.commit)
     assert "Signed-off-by: Rocm Engineer <eng@example.com>" in message
     assert message.strip().endswith("Rocm Engineer <eng@example.com>")  # committed by the user too
@@ -157,14 +160,14 @@ def test_an_existing_branch_with_other_content_is_refused_not_overwritten(guard_
     git(repo, "branch", "sglpatch-upstream/0001-guard", "main")  # the user's own work under that name
     before = git(repo, "rev-parse", "sglpatch-upstream/0001-guard").strip()
     with pytest.raises(SglpatchError, match="already exists .* with other content; .* not overwritten"):
-        upstream_pr.export(guard_project.project, "0001-guard", base="main", base_repo=repo, out=tmp_path / "out")
+        _export(guard_project.project, repo, tmp_path)
     assert git(repo, "rev-parse", "sglpatch-upstream/0001-guard").strip() == before
 
 
 def test_exporting_twice_keeps_the_branch(guard_project, tmp_path):
     repo = _base_repo(tmp_path)
-    first = upstream_pr.export(guard_project.project, "0001-guard", base="main", base_repo=repo, out=tmp_path / "out")
-    second = upstream_pr.export(guard_project.project, "0001-guard", base="main", base_repo=repo, out=tmp_path / "out")
+    [first] = _export(guard_project.project, repo, tmp_path)
+    [second] = _export(guard_project.project, repo, tmp_path)
     assert git(repo, "rev-parse", "sglpatch-upstream/0001-guard").strip() == first.commit == second.commit
 
 
@@ -175,5 +178,161 @@ def test_export_refuses_when_the_witness_cannot_run(fake_project, tmp_path):
     fake_project.set_patches([("0001-guard.patch", patch)])
     repo = _base_repo(tmp_path)
     with pytest.raises(SglpatchError, match="could not run at main .* nothing was exported"):
-        upstream_pr.export(fake_project.project, "0001-guard", base="main", base_repo=repo, out=tmp_path / "out")
+        _export(fake_project.project, repo, tmp_path)
     assert "sglpatch-upstream" not in git(repo, "branch")
+
+
+@pytest.mark.parametrize("asked", ["0001", "1", "0001-guard", "0001-guard.patch"])
+def test_upstream_takes_a_patch_by_its_number_or_its_name(guard_project, tmp_path, asked, capsys):
+    from sglpatch import cli
+
+    repo = _base_repo(tmp_path)
+    argv = ["--root", str(guard_project.root), "upstream", asked, "--base", "main", "--base-repo", str(repo),
+            "--out", str(tmp_path / "out")]
+    assert cli.main(argv) == 0, capsys.readouterr()
+    assert git(repo, "rev-parse", "--verify", "sglpatch-upstream/0001-guard").strip()
+
+
+def test_upstream_without_a_patch_lists_the_series_patch_names(guard_project, capsys):
+    from sglpatch import cli
+
+    assert cli.main(["--root", str(guard_project.root), "upstream"]) == 2
+    assert "  0001-guard.patch" in capsys.readouterr().out
+
+
+def test_a_patch_number_that_names_none_or_several_is_refused_naming_the_series(fake_project, tmp_path):
+    files = tree_files("0.1.0")
+    one = format_patch(tmp_path, files, {KERNEL: files[KERNEL] + "// one\n"}, "kernel: one")
+    fake_project.set_patches([("0001-one.patch", one), ("01-again.patch", one), ("0002-two.patch", one)])
+    series = fake_project.project.series()
+    assert series.get("2").name == series.get("0002").name == "0002-two.patch"
+    with pytest.raises(SglpatchError, match="'1' names several patches: 0001-one.patch, 01-again.patch"):
+        series.get("1")
+    with pytest.raises(SglpatchError, match="no patch named '7'; the series has 0001-one.patch, 01-again.patch, 0002-two.patch"):
+        series.get("7")
+
+
+TEST_FILE = "test/registered/unit/jit_kernel/test_kernel_rocm_guard.py"
+TEST_TEXT = 'import unittest\n\n\nclass TestGuard(unittest.TestCase):\n    def test_guard(self):\n        pass\n\n\nif __name__ == "__main__":\n    unittest.main()\n'
+
+
+def test_the_branch_sits_on_the_clones_later_commit_and_carries_the_patchs_test(guard_project, tmp_path):
+    # A clone with real history: the release's files as a tagged commit, then a later upstream
+    # commit that touches the very file the patch edits.
+    repo = _base_repo(tmp_path)
+    git(repo, "tag", "v0.1.0")
+    kernel = repo / KERNEL
+    kernel.write_text(kernel.read_text() + "// a later upstream change\n")
+    git(repo, "-c", "user.name=u", "-c", "user.email=u@e", "commit", "-q", "-am", "later upstream work")
+    later = git(repo, "rev-parse", "main").strip()
+    tests = guard_project.project.patches_dir / "tests" / "0001-guard"
+    (tests / TEST_FILE).parent.mkdir(parents=True)
+    (tests / TEST_FILE).write_text(TEST_TEXT)
+    [result] = _export(guard_project.project, repo, tmp_path)
+    assert git(repo, "rev-parse", f"{result.commit}^").strip() == later
+    assert git(repo, "merge-base", "--is-ancestor", "v0.1.0", result.commit) == ""
+    shown = git(repo, "show", f"{result.commit}:{KERNEL}")
+    assert "#ifndef USE_ROCM" in shown and "// a later upstream change" in shown
+    assert git(repo, "show", f"{result.commit}:{TEST_FILE}") == TEST_TEXT
+    assert git(repo, "diff", "--name-status", later, result.commit).splitlines() == [f"M\t{KERNEL}", f"A\t{TEST_FILE}"]
+    body = result.body.read_text()
+    assert f"```bash\npython3 {TEST_FILE}\n```" in body and f"- `{TEST_FILE}` (new regression test)" in body
+    assert result.tests == (TEST_FILE,)
+
+
+SPLIT_BODY = """Two changes.
+
+== guard: [AMD] Guard the CUDA runtime include ==
+
+Problem: the kernel does not build on ROCm.
+
+Fix: guard the include.
+
+== note: [AMD] Say why in a comment ==
+
+Problem: nobody knows why.
+
+Fix: a comment."""
+
+
+def _split_project(fake_project, tmp_path, trailers):
+    files = tree_files("0.1.0")
+    guarded = files[KERNEL].replace("#include <cuda_runtime.h>\n", "#ifndef USE_ROCM\n#include <cuda_runtime.h>\n#endif\n")
+    readme = "python/sglang/NOTE.md"
+    patch = format_patch(tmp_path, files, {KERNEL: guarded, readme: "Why: ROCm.\n"}, "kernel: guard and say why",
+                         trailers={"Witness": "guard-text", **trailers}, body=SPLIT_BODY)
+    fake_project.set_patches([("0001-guard.patch", patch)])
+    return fake_project.project, readme
+
+
+def test_a_pr_split_patch_leaves_as_one_pull_request_per_part(fake_project, tmp_path):
+    project, readme = _split_project(fake_project, tmp_path, {"PR-Split": f"guard: {KERNEL}"})
+    # git interpret-trailers keeps one key per line: the second part is added by hand below.
+    path = project.patches_dir / "0001-guard.patch"
+    path.write_text(path.read_text().replace(f"PR-Split: guard: {KERNEL}\n", f"PR-Split: guard: {KERNEL}\nPR-Split: note: {readme}\n"))
+    repo = _base_repo(tmp_path)
+    guard, note = _export(project, repo, tmp_path)
+    assert (guard.part, guard.title, note.part, note.title) == ("guard", "[AMD] Guard the CUDA runtime include",
+                                                                 "note", "[AMD] Say why in a comment")
+    base = git(repo, "rev-parse", "main").strip()
+    assert git(repo, "diff", "--name-only", base, guard.commit).split() == [KERNEL]
+    assert git(repo, "diff", "--name-only", base, note.commit).split() == [readme]
+    assert guard.branch.endswith("0001-guard-guard") and note.branch.endswith("0001-guard-note")
+    assert git(repo, "log", "-1", "--format=%B", note.commit).startswith("[AMD] Say why in a comment\n\nProblem: nobody knows why.")
+    assert "PR-Split" not in guard.mbox.read_text() and "== guard" not in guard.mbox.read_text()
+    assert "The test ran with the whole change applied, this pull request and: [AMD] Say why" in guard.body.read_text()
+    [only] = upstream_pr.export(project, "0001-guard", base="main", base_repo=repo, out=tmp_path / "o2", hooks=False,
+                                part="note")
+    assert only.commit == note.commit
+
+
+def test_a_file_in_no_pr_split_part_is_refused_in_one_line(fake_project, tmp_path):
+    project, readme = _split_project(fake_project, tmp_path, {"PR-Split": f"guard: {KERNEL}"})
+    repo = _base_repo(tmp_path)
+    with pytest.raises(SglpatchError, match=r"^0001-guard.patch: section '== note: \.\.\. ==' has no PR-Split trailer$"):
+        _export(project, repo, tmp_path)
+    assert "sglpatch-upstream" not in git(repo, "branch")
+
+
+@pytest.mark.network
+def test_sglangs_pre_commit_hooks_refuse_a_misspelt_unformatted_line_and_pass_a_clean_one(fake_project, tmp_path):
+    files = tree_files("0.1.0")
+    module = "benchmark/new_script.py"  # outside python/sglang: no import check in the judge
+    bad = 'import os\nimport sys\n\n\ndef f( x ):\n    # recieve it\n    return x\n'
+    guarded = files[KERNEL].replace("#include <cuda_runtime.h>\n", "#ifndef USE_ROCM\n#include <cuda_runtime.h>\n#endif\n")
+    patch = format_patch(tmp_path, files, {KERNEL: guarded, module: bad}, "add a module", trailers={"Witness": "guard-text"},
+                         body=BODY)
+    fake_project.set_patches([("0001-guard.patch", patch)])
+    repo = _base_repo(tmp_path)
+    with pytest.raises(SglpatchError) as refused:
+        _export(fake_project.project, repo, tmp_path, hooks=True)
+    lines = str(refused.value).splitlines()
+    assert lines[0].startswith("0001-guard.patch: sglang's pre-commit hooks refuse it")
+    assert f"black: {module}:5: would reformat this line" in lines
+    assert any(line.startswith(f"codespell: {module}:6: recieve ==> receive") for line in lines)
+    assert "sglpatch-upstream" not in git(repo, "branch")
+    fixed = 'import os\nimport sys\n\n\ndef f(x):\n    # receive it\n    return x\n'
+    patch = format_patch(tmp_path, files, {KERNEL: guarded, module: fixed}, "add a module", trailers={"Witness": "guard-text"},
+                         body=BODY)
+    fake_project.set_patches([("0001-guard.patch", patch)])
+    [result] = _export(fake_project.project, repo, tmp_path, hooks=True)
+    assert result.hooks.startswith("clean") and "- [x] Format your code" in result.body.read_text()
+
+
+def test_a_clone_where_no_port_is_accepted_is_refused_with_the_hand_port_tree(fake_project, tmp_path, monkeypatch):
+    example = "python/sglang/srt/layers/example.py"
+    witness = TextWitness("example-patched", example, "patched")
+    monkeypatch.setattr(registry, "registry", lambda: {**TEST_WITNESSES, witness.name: witness})
+    patch = format_patch(tmp_path, tree_files("0.1.0"), {example: example_lines({20: "patched\n"})}, "example: patch line 20",
+                         trailers={"Witness": witness.name}, body=BODY)
+    fake_project.set_patches([("0001-guard.patch", patch)])
+    # Upstream rewrote the very line the patch changes: every merge conflicts there.
+    repo = _base_repo(tmp_path)
+    (repo / example).write_text(example_lines({20: "upstream rewrote line 20\n"}))
+    git(repo, "-c", "user.name=u", "-c", "user.email=u@e", "commit", "-q", "-am", "rewrite line 20")
+    before = git(repo, "for-each-ref")
+    with pytest.raises(SglpatchError, match=r"no port onto main .* finish it by hand in .*port/upstream-0001-guard"):
+        _export(fake_project.project, repo, tmp_path)
+    assert git(repo, "for-each-ref") == before and not (tmp_path / "out").exists()
+    port = fake_project.project.build_dir / "port" / "upstream-0001-guard"
+    assert "upstream rewrote line 20" in (port / example).read_text()

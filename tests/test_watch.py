@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import BASE_FILES, REPO_ROOT, TextWitness, format_patch, git, make_wheel, tree_files
+from conftest import BASE_FILES, REPO_ROOT, TextWitness, example_lines, format_patch, git, make_wheel, tree_files
 from sglpatch import cache, cli, sources, watch
 from sglpatch.errors import SglpatchError
 from sglpatch.pins import load_pins
@@ -37,10 +37,7 @@ def example_witness(monkeypatch, test_witnesses):
 
 
 def _lines(replace=None):
-    lines = [f"line {n}\n" for n in range(1, 41)]
-    for number, text in (replace or {}).items():
-        lines[number - 1] = text
-    return "".join(lines)
+    return example_lines(replace)
 
 
 def _release(index: Path, version: str, example: str) -> Path:

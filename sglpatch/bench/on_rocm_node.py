@@ -27,7 +27,7 @@ from sglpatch.records import FAILED, SKIPPED, CellRecord, Part, combine, last_js
 from sglpatch.rocm import containers
 from sglpatch.rocm.constants import CHECKS_INSIDE, HF_INSIDE, LABEL_CELL, OUT_INSIDE, STATE_INSIDE
 from sglpatch.rocm.image import build_image, patched_image
-from sglpatch.rocm.options import RocmOptions, unavailable_reason
+from sglpatch.rocm.options import RocmOptions, device_stamp, unavailable_reason
 from sglpatch.rocm.profiles import PROFILES, launch_env, variants
 
 
@@ -45,7 +45,7 @@ def run_bench(project: Project, version: str, workload: str, options: RocmOption
     template = BenchRecord(workload=workload, pin=version, variant="as-shipped", series_version=series.version,
                            series_hash=series.digest(), profile=profile.name, profile_version=profile.version,
                            quantization=profile.quantization, pristine=pristine, model=model,
-                           model_config_hash=config_hash(Path(model)))
+                           model_config_hash=config_hash(Path(model)), device=device_stamp(options))
     out = bench_dir(project)
     reason, client = unavailable_reason(options)
     if reason:
@@ -131,7 +131,8 @@ def run_accuracy(project: Project, version: str, options: RocmOptions | None = N
     profile = load_profile(PROFILES["single-stream"])  # MTP 5/1/6 as sglang's AMD CI runs it
     model = options.model or os.environ.get("SGLPATCH_MODEL") or profile.model
     series = project.series()
-    record = CellRecord("rocm", "accuracy", version, None, series.version, series.digest(), SKIPPED)
+    record = CellRecord("rocm", "accuracy", version, None, series.version, series.digest(), SKIPPED,
+                        device=device_stamp(options))
     started = time.monotonic()
     out = matrix_dir(project)
     reason, client = unavailable_reason(options)

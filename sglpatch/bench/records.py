@@ -42,6 +42,7 @@ class BenchRecord:
     image_digest: str = ""
     base_image: str = ""
     environment: dict = field(default_factory=dict)  # gpu, gpu_count, hip, rocm_version, amdgpu_driver
+    device: str = ""  # the device the runner ran it on (``rocm.options.device_stamp``)
     model: str = ""
     model_config_hash: str = ""
     launch: list[str] = field(default_factory=list)

@@ -7,7 +7,7 @@ from pathlib import Path
 from sglpatch import exitcodes
 from sglpatch.cli_options import add, emit_json, jobs_flag, json_flag, say, witness_mode
 from sglpatch.errors import SglpatchError
-from sglpatch.project import apply_series
+from sglpatch.apply_pins import apply_series
 from sglpatch.report import render_apply
 
 
@@ -45,6 +45,15 @@ def register(sub) -> None:
         action="store_true",
         help="drop commits and untracked files of yours in build/trees/<pin> that the applied tree replaces",
     )
+    parser.add_argument("-v", "--verbose", action="store_true",
+                        help="with --into: the proof in full (what the lock records of each patch's witness)")
+
+
+# The flags that act on build/, the report or the lock: with --into (the user's checkout, the lock
+# only read) they would mean nothing, so they are refused rather than ignored.
+NOT_WITH_INTO = (("update_lock", "--update-lock"), ("jobs", "-j/--jobs"), ("no_witnesses", "--no-witnesses"),
+                 ("discard_local", "--discard-local"), ("out", "--out"), ("report", "--report"),
+                 ("git_url", "--git-url"))
 
 
 def run(project, args) -> int:
@@ -52,6 +61,8 @@ def run(project, args) -> int:
         return _into(project, args)
     if args.witness:
         raise SglpatchError("--witness goes with --into (apply runs the witnesses of every pin by default)")
+    if args.verbose:
+        raise SglpatchError("-v goes with --into (apply prints every patch of every pin already)")
     report = apply_series(
         project,
         args.pins,
@@ -75,13 +86,47 @@ def _into(project, args) -> int:
 
     if len(args.pins) > 1:
         raise SglpatchError("--into takes at most one pin (default: the checkout's own sglang version)")
+    given = [flag for name, flag in NOT_WITH_INTO
+             if getattr(args, name) not in (None, False) and (name != "jobs" or "jobs" in getattr(args, "given", ()))]
+    if given:
+        raise SglpatchError(f"{given[0]} means nothing with --into (it changes your checkout only; "
+                            f"build/, the report and series.lock are left alone): drop {' '.join(given)}")
     if args.allow_unavailable and not args.witness:
         raise SglpatchError("--allow-unavailable with --into goes with --witness (as locked, no witness runs)")
     done = apply_into(project, args.into, args.pins[0] if args.pins else None, witness=args.witness,
                       allow_unavailable=args.allow_unavailable)
-    say(args, f"{done.checkout}: the series for sglang {done.version} applied as {done.how}, {done.proof}")
-    for line in [*done.commits, *done.files]:
-        say(args, f"  {line[:12] if line in done.commits else line}")
+    for line in into_lines(done, verbose=args.verbose):
+        say(args, line)
     emit_json(args, {"checkout": str(done.checkout), "version": done.version, "how": done.how,
-                     "proof": done.proof, "commits": done.commits, "files": done.files})
+                     "branch": done.branch, "head_before": done.head_before, "proof": done.proof,
+                     "proof_by_patch": done.details,
+                     "commits": done.commits, "subjects": done.subjects, "files": done.files})
     return exitcodes.OK
+
+
+def into_lines(done, *, verbose: bool = False) -> list[str]:
+    """What ``apply --into`` tells a person: what changed, one line of what proved it, what next."""
+    where, series = done.checkout, f"the series for sglang {done.version}"
+    if done.how == "already applied":
+        return [f"already applied: {series} {done.mode} is in {where}; nothing was changed"]
+    if done.how == "git commits":
+        count = f"{len(done.commits)} commit{'s' if len(done.commits) != 1 else ''}"
+        on = f"on branch {done.branch}" if done.branch else "on a detached HEAD"
+        lines = [f"{where}: {count} added {on}, {series}:"]
+        lines += [f"  {commit[:12]} {subject}" for commit, subject in zip(done.commits, done.subjects)]
+    else:
+        count = f"{len(done.files)} file{'s' if len(done.files) != 1 else ''}"
+        lines = [f"{where}: {count} rewritten in place (not a git checkout), {series}:"]
+        lines += [f"  {path}" for path in done.files]
+    lines.append(f"proof: {done.summary}" + ("" if verbose else " (-v: more)"))
+    if verbose:
+        lines += [f"  {line}" for line in done.details]
+    if done.how == "git commits":
+        if not done.branch:
+            lines.append("detached HEAD: the commits are on no branch; `git switch -c NAME` keeps them")
+        lines.append(f"check: git -C {where} log --oneline -{len(done.commits) + 1}")
+        lines.append(f"undo:  git -C {where} reset --keep {done.head_before[:12]}")
+    else:
+        lines.append(f"check: the files above; undo: put them back from sglang {done.version} as released")
+    lines.append("next:  restart the sglang server: it loads the patched code when it starts")
+    return lines

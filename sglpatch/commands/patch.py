@@ -15,7 +15,8 @@ def register(sub) -> None:
     refresh = add(actions, "refresh", run_refresh,
                   "write the commits of a pin's tree back into patches/ (or a hand port prepared by rebase under build/port/)")
     refresh.add_argument("pin")
-    refresh.add_argument("--rendition-of", metavar="PATCH", help="new commits are this patch's rendition for the pin")
+    refresh.add_argument("--rendition-of", metavar="PATCH",
+                         help="new commits are this patch's rendition for the pin (its name or number, e.g. 0002)")
     tidy = add(actions, "tidy", run_tidy,
                "remove each rendition its neighbour reproduces (the same tree by exact or three-way apply) and keep "
                "the newest rendition in the main file; written only when every pin's tree stays the lock's")

@@ -14,8 +14,7 @@ from sglpatch.errors import SglpatchError
 
 
 def register(sub) -> None:
-    parser = add(sub, "rehearse", run, "rehearse the ROCm job's checks against the pin's real sglang server on CPU "
-                 "(one server per pin; records no verdict)")
+    parser = add(sub, "rehearse", run, "the ROCm job's checks against each pin's real sglang server on CPU (records no verdict)")
     parser.add_argument("pins", nargs="*", help="pin versions, rehearsed one after the other")
     parser.add_argument("--oldest-and-newest", action="store_true",
                         help="the oldest and the newest pin (what CI rehearses), after any named")

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from sglpatch import exitcodes
 from sglpatch.cli_options import add, emit_json, jobs_flag, json_flag, say, witness_mode
-from sglpatch.project import apply_series
+from sglpatch.apply_pins import apply_series
 from sglpatch.report import render_witnesses
 
 

@@ -24,6 +24,9 @@ from sglpatch.records import FAILED, PASSED, SKIPPED, CellRecord, Part, cell_id,
 from sglpatch.witnesses.rocm_guard import RocmGuardWitness
 
 CELLS = cache.Memo("matrix-cpu")
+# The keys this process computed and kept (the spec check answers every depth of a pin at once):
+# a later cell of the same run that reads one back ran in this run, it was not replayed.
+_ANSWERED_HERE: set[str] = set()
 
 
 def _cell_key(put: PinUnderTest, cell: Cell) -> str | None:
@@ -65,7 +68,7 @@ def _run_cell(project: Project, cell: Cell, use_cache: bool) -> CellRecord:
     if kept is not None:
         try:
             record = CellRecord.from_dict(kept)
-            record.cached = True
+            record.cached = key not in _ANSWERED_HERE
             # The answer read the trees, not the patch files: a series that gives the same trees
             # (renditions tidied, a message edited) reuses it, and the record names the series run now.
             record.series_version, record.series_hash = put.series_version, put.series_hash
@@ -107,6 +110,7 @@ def _remember(put: PinUnderTest, cell: Cell, record: CellRecord) -> None:
     key = _cell_key(put, cell)
     if record.outcome in (PASSED, FAILED) and key is not None:
         CELLS.put(key, json.loads(record.to_json()))
+        _ANSWERED_HERE.add(key)
 
 
 def _finish(record: CellRecord, out: Path, log_path: Path, started: float, log: list[str] | None) -> CellRecord:
@@ -129,7 +133,7 @@ def run_cpu_tier(project: Project, pins: list[str] | None = None, *, use_cache: 
     selected = project.pins().select(pins)
     versions = [pin.version for pin in selected]
     if jobs <= 1 or len(versions) <= 1:
-        return [record for version in versions for record in _pin_cells(project.root, version, use_cache)]
+        return [record for version in versions for record in _pin_cells(project, version, use_cache)]
     # In a log each worker's cells are lines; on a terminal the live display belongs to this
     # process alone (a worker writing under it would garble it), so it counts the pins.
     worker_mode = "lines" if progress.mode() == "lines" else "quiet"
@@ -142,11 +146,10 @@ def run_cpu_tier(project: Project, pins: list[str] | None = None, *, use_cache: 
             shown.advance()
             shown.update(f"{len(done)}/{len(versions)} pins done ({version})")
 
-        per_pin = workers.share_out(versions, groups.get, functools.partial(_pin_cells, project.root, use_cache=use_cache),
+        per_pin = workers.share_out(versions, groups.get, functools.partial(_pin_cells, project, use_cache=use_cache),
                                     jobs, initializer=progress.configure, initargs=(worker_mode,), on_done=count)
     return [record for records in per_pin for record in records]
 
 
-def _pin_cells(root: Path, version: str, use_cache: bool) -> list[CellRecord]:
-    project = Project(root)
+def _pin_cells(project: Project, version: str, use_cache: bool) -> list[CellRecord]:
     return [run_cpu_cell(project, cell, use_cache=use_cache) for cell in cells([version], ("cpu",))]

@@ -15,7 +15,8 @@ the full model serves the gate and the bench, one server at a time. Events:
 
 Node-hours are estimates, and every place that shows them says so (the text, ``--json``, the
 GitHub outputs): from recorded durations (the ``seconds`` of ROCm cell records, the job records'
-image builds, server starts and baselines, each bench record's runs) where there are some, else
+image builds, server starts and baselines, each bench record's runs; only records the runner
+stamped as made on a ROCm GPU, never the stand-in image's) where there are some, else
 from the stated defaults below, and each estimate names which of its figures were recorded and
 which are defaults. A bench workload is estimated per launch variant (single stream: as shipped
 and custom-all-reduce, each its own record and server), so two variants' records are never
@@ -38,6 +39,7 @@ from sglpatch.matrix import job_plan
 from sglpatch.processes import user_git_env
 from sglpatch.profile import load_profile
 from sglpatch.project import Project
+from sglpatch.rocm.constants import ROCM_GPU
 from sglpatch.rocm.profiles import PROFILES, variants
 
 EVENTS = ("pr", "nightly", "weekly")
@@ -127,9 +129,16 @@ def bench_key(workload: str, variant: str) -> str:
     return f"bench-{workload} {variant}"
 
 
+def made_on_a_rocm_gpu(data: dict) -> bool:
+    """Whether a record says the runner made it on a ROCm GPU (``rocm.options.device_stamp``). A
+    record from the stand-in image, or one that names no device, measured no GPU's time."""
+    return data.get("device") == ROCM_GPU
+
+
 def recorded_seconds(records_dir: Path | None) -> dict[str, float]:
     """Mean recorded seconds per ROCm check, per bench workload and launch variant, and per image
-    build, server start and baseline of the job records, in a folder of records."""
+    build, server start and baseline of the job records, in a folder of records; only records
+    made on a ROCm GPU (``made_on_a_rocm_gpu``) count."""
     if records_dir is None or not records_dir.is_dir():
         return {}
     totals: dict[str, list[float]] = {}
@@ -138,7 +147,7 @@ def recorded_seconds(records_dir: Path | None) -> dict[str, float]:
             data = json.loads(path.read_text())
         except ValueError:
             continue
-        if not isinstance(data, dict):
+        if not isinstance(data, dict) or not made_on_a_rocm_gpu(data):
             continue
         if data.get("kind") == "bench":
             seconds = sum(run.get("seconds") or 0 for run in data.get("runs", []))

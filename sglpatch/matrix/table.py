@@ -39,8 +39,14 @@ def render_markdown(records: list[CellRecord]) -> str:
             cells = []
             for column in columns:
                 record = by_cell.get((pin, column))
-                cells.append(SYMBOLS.get(record.outcome, record.outcome) + _figure(record) if record else "—")
+                cells.append(SYMBOLS.get(record.outcome, record.outcome) + _figure(record) + _replayed(record)
+                             if record else "—")
             out.append(f"| {pin} | " + " | ".join(cells) + " |")
+        replayed = sum(r.cached for r in tier_records)
+        if replayed:
+            out.append("")
+            out.append(f"{replayed} of {len(tier_records)} cells replayed: answers an earlier run kept for the same trees "
+                       "and checking code, not computed by the run that wrote these records.")
         notes = [r for r in tier_records if r.outcome != PASSED]
         if notes:
             out.append("")
@@ -48,6 +54,10 @@ def render_markdown(records: list[CellRecord]) -> str:
                 out.append(f"- {record.pin} {_column(record)}: **{record.outcome}** — {record.reason}")
         out.append("")
     return "\n".join(out)
+
+
+def _replayed(record: CellRecord) -> str:
+    return " (replayed)" if record.cached else ""
 
 
 def _figure(record: CellRecord) -> str:

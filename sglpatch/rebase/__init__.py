@@ -14,7 +14,8 @@ a well-kept tool, proposes trees, nearest rendition first (``sglpatch.rebase.mer
    lacks, that line as another rendition of the patch writes it (``merge_tools.sibling_lines``).
 
 Every proposal is judged (``sglpatch.rebase.judge``) -- no name its added lines use missing from the
-release, the witness bug on the pristine release and clean on the port, every touched module
+release, the witness bug on the pristine release and clean on the port, the patch's regression
+tests (``patches/tests/<patch>/``, the ``upstream-test`` witness) passing on the port, every touched module
 importing in the pin's CPU Python on the emulated box -- and the first accepted is taken. Each
 patch ends as:
 
@@ -95,7 +96,9 @@ def rebase_onto(project, version: str, *, write: bool = True) -> RebaseReport:
         report.tree = git_out(["rev-parse", f"{trial.parent}^{{tree}}"], trial.repo)
         left = [outcome for outcome in report.outcomes if outcome.verdict == Outcome.NEEDS_HAND_PORT and outcome.conflict]
         if left:
-            report.prepared = str(prepare_hand_port(project, trial, version, left).relative_to(project.root))
+            prepared = prepare_hand_port(project, trial, version, left)
+            # Under the project (build/port/V), or wherever SGLPATCH_OUT_DIR puts the build folder.
+            report.prepared = str(prepared.relative_to(project.root) if prepared.is_relative_to(project.root) else prepared)
             for outcome in left:
                 outcome.prepared = report.prepared
     # The main file stays the newest rendition: a rendition made for a release newer than every pin
@@ -112,10 +115,12 @@ def rebase_onto(project, version: str, *, write: bool = True) -> RebaseReport:
     report.files = sorted(str(path.relative_to(project.root)) for path, text in writes.files.items()
                           if text is not None or path.exists())
     report.files += ["upstream/pins.toml", LOCK_FILE]
-    if not write or not report.complete:
-        return report
-    if writes.problems:
+    # What writing would refuse is said by a dry run too: a classification whose Applies-To cannot
+    # be written is no port.
+    if report.complete and writes.problems:
         report.error = "; ".join(writes.problems)
+        return report
+    if not write or not report.complete:
         return report
     changes = {path: None if text is None else text.encode() for path, text in writes.files.items()
                if text is not None or path.exists()}
@@ -152,11 +157,13 @@ def _cells_refuse(staged, report: RebaseReport) -> str:
     cell that could not run refuses it too."""
     records = pin_cells(staged, report.version)
     report.cells = [f"{record.cell_id} {record.outcome}" for record in records]
+    report.cells_replayed = [record.cell_id for record in records if record.cached]
     if not records:
         return f"no CPU matrix cell ran on {report.version}"
     failed = [record for record in records if record.outcome != PASSED]
     if failed:
-        return (f"the CPU matrix cell {failed[0].cell_id} says {failed[0].outcome} on the staged series"
+        replayed = " (replayed)" if failed[0].cached else ""
+        return (f"the CPU matrix cell {failed[0].cell_id} says {failed[0].outcome}{replayed} on the staged series"
                 f" ({len(failed)} of {len(records)} did not pass): {failed[0].reason}")
     return ""
 

@@ -8,11 +8,20 @@ parts agree:
    already have), an imported name or module the release does not define, a ``ServerArgs`` field
    it does not have (``server_args.x``, ``get_server_args().x``, ``self.x`` in ``ServerArgs``), or a
    namespaced setting (``get_exec().comm.x``) no field declares with that ``NS(...)``. Static, on
-   the release's own code (``ast`` and pyflakes), so it needs nothing installed;
-2. ``witness``: the patch's witness says bug on the pristine release and clean on the port (the
-   caller runs it: it is the one part cached per tree);
+   the release's own code (``ast`` and pyflakes), so it needs nothing installed. What a name is
+   checked against is the release's tree (with the patches accepted before this one) plus exactly
+   what the port itself adds, and a name only the port defines is reported as such (``Verdict.
+   added``). A star import of another sglang module is followed; where the part cannot look -- the
+   release's own file does not parse here, a module takes names by a star import from outside the
+   release or makes them at import time (a module ``__getattr__``), ``ServerArgs`` takes fields
+   from a base class -- that is a finding ("could not check ..."), never a silent pass;
+2. ``witness``: the patch's witness says bug on the pristine release and clean on the port, and
+   the patch's regression tests in sglang's layout pass on the port (``upstream-test``; the
+   caller runs them: the one part cached per tree);
 3. ``imports``: every module the port touches imports in the pin's CPU Python on the emulated
-   MI355X box (the witnesses' ``import_smoke`` probe).
+   MI355X box (the witnesses' ``import_smoke`` probe). A port that touches a file no module of the
+   release loads, or a Python file the release's own copy of which does not parse, has nothing to
+   import: that is a finding too.
 
 Each part answers with findings; an empty list is a pass. ``unavailable`` (no CPU Python here) is a
 finding too: a port the judge could not fully see is never accepted.
@@ -42,17 +51,22 @@ class Verdict:
     witness: list[str] = field(default_factory=list)
     imports: list[str] = field(default_factory=list)
     checked: list[str] = field(default_factory=list)  # the parts that ran
+    # Names the port's lines use that only the port itself defines (checked against the port's own
+    # text, not the release's): not a refusal, said beside the verdict.
+    added: list[str] = field(default_factory=list)
 
     @property
     def accepted(self) -> bool:
         return set(self.checked) >= {"names", "witness", "imports"} and not (self.names or self.witness or self.imports)
 
     def findings(self) -> list[str]:
-        return [f"names: {f}" for f in self.names] + [f"witness: {f}" for f in self.witness] + [f"imports: {f}" for f in self.imports]
+        return ([f"names: {f}" for f in self.names] + [f"witness: {f}" for f in self.witness]
+                + [f"imports: {f}" for f in self.imports] + [f"the port adds: {f}" for f in self.added])
 
     def summary(self) -> str:
         if self.accepted:
-            return "accepted (names, witness, imports)"
+            adds = f"; {len(self.added)} name(s) the port itself adds" if self.added else ""
+            return f"accepted (names, witness, imports{adds})"
         parts = []
         for part in ("names", "witness", "imports"):
             found = getattr(self, part)
@@ -105,12 +119,16 @@ def changed_lines(old: str, new: str) -> set[int]:
 
 class Release:
     """The release's own code, read from its tree as ``read(path) -> text | None`` (a git tree or a
-    folder): which modules exist, what they define, ``ServerArgs``'s fields and namespaces."""
+    folder): which modules exist, what they define, ``ServerArgs``'s fields and namespaces.
+    ``port``: the candidate's tree, as another ``Release``: what the port itself adds, consulted
+    only where the release lacks a name (``names_findings`` says so)."""
 
-    def __init__(self, read, exists):
+    def __init__(self, read, exists, port: "Release | None" = None):
         self._read = read
         self._exists = exists
-        self._defs: dict[str, set[str] | None] = {}
+        self.port = port
+        self.added: list[str] = []  # what ``names_findings`` found only in ``port``
+        self._defs: dict[str, tuple[set[str], list[str]] | None] = {}
         self._server_args = None
 
     def module_path(self, module: str) -> str | None:
@@ -122,21 +140,76 @@ class Release:
 
     def defines(self, module: str) -> set[str] | None:
         """Top-level names of ``module`` (None when it is not in the release or does not parse)."""
-        if module not in self._defs:
-            path = self.module_path(module)
-            text = self._read(path) if path else None
-            try:
-                self._defs[module] = _top_level_names(ast.parse(text)) if text is not None else None
-            except SyntaxError:
-                self._defs[module] = None
+        found = self.names_of(module)
+        return None if found is None or found[0] is None else found[0]
+
+    def names_of(self, module: str, _seen: frozenset = frozenset()) -> tuple[set[str] | None, list[str]] | None:
+        """(the names ``module`` defines at its top level, star imports of other sglang modules
+        followed; why that set may be short of what it makes at import time) -- the names None where
+        the module does not parse -- or None where the release has no such module."""
+        if module in self._defs:
+            return self._defs[module]
+        path = self.module_path(module)
+        text = self._read(path) if path else None
+        if text is None:
+            self._defs[module] = None
+            return None
+        try:
+            tree = ast.parse(text)
+        except SyntaxError as exc:
+            self._defs[module] = (None, [f"{path} does not parse here (line {exc.lineno}: {exc.msg})"])
+            return self._defs[module]
+        names = _top_level_names(tree) - {"*"}
+        blind = []
+        if "__getattr__" in names:
+            blind.append(f"{module} makes names at import time (a module __getattr__)")
+        package = module if path.endswith("/__init__.py") else module.rpartition(".")[0]
+        for source in _star_sources(tree, package):
+            if not source.startswith("sglang") or source in _seen:
+                if source not in _seen:
+                    blind.append(f"{module} takes names by a star import from {source}, outside the release")
+                continue
+            found = self.names_of(source, _seen | {module})
+            if found is None or found[0] is None:
+                blind.append(f"{module} takes names by a star import from {source}, which "
+                             + ("the release does not have" if found is None else "does not parse here"))
+                continue
+            names |= {name for name in found[0] if not name.startswith("_")}
+            blind += found[1]
+        self._defs[module] = (names, blind)
         return self._defs[module]
 
-    def server_args(self) -> tuple[set[str], dict[str, set[str]]] | None:
-        """(every attribute ``ServerArgs`` has, {namespace: field names}) or None without the class."""
+    def server_args(self) -> tuple[set[str], dict[str, set[str]]] | str | None:
+        """(every attribute ``ServerArgs`` has, {namespace: field names}); None without the class;
+        why its fields cannot be read, where they cannot (its file does not parse, a base class)."""
         if self._server_args is None:
             text = self._read(SERVER_ARGS)
             self._server_args = _server_args_fields(text) if text else ()
         return self._server_args or None
+
+
+def _star_sources(tree: ast.Module, package: str) -> list[str]:
+    """The modules ``tree`` star-imports at its top level (relative ones made absolute)."""
+    found = []
+    for node in _top_level_statements(tree.body):
+        if isinstance(node, ast.ImportFrom) and any(alias.name == "*" for alias in node.names):
+            if node.level:
+                base = package.split(".")[: len(package.split(".")) - (node.level - 1)]
+                found.append(".".join([*base, *([node.module] if node.module else [])]))
+            else:
+                found.append(node.module or "")
+    return found
+
+
+def _top_level_statements(body: list) -> list:
+    out = []
+    for node in body:
+        out.append(node)
+        if isinstance(node, (ast.If, ast.Try)):
+            out += _top_level_statements([*node.body, *getattr(node, "orelse", []),
+                                          *[h for handler in getattr(node, "handlers", []) for h in handler.body],
+                                          *getattr(node, "finalbody", [])])
+    return out
 
 
 def _top_level_names(tree: ast.Module) -> set[str]:
@@ -169,11 +242,13 @@ def _ns_of(annotation) -> str | None:
 def _server_args_fields(text: str):
     try:
         tree = ast.parse(text)
-    except SyntaxError:
-        return ()
+    except SyntaxError as exc:
+        return f"{SERVER_ARGS} does not parse here (line {exc.lineno}: {exc.msg})"
     cls = next((n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "ServerArgs"), None)
-    if cls is None or cls.bases:
-        return ()  # fields from elsewhere: not checked rather than wrongly refused
+    if cls is None:
+        return ()
+    if cls.bases:
+        return "ServerArgs takes fields from a base class"
     names: set[str] = set()
     namespaces: dict[str, set[str]] = collections.defaultdict(set)
     for node in cls.body:
@@ -221,8 +296,10 @@ def names_findings(path: str, old: str | None, new: str, release: Release) -> li
     if old is not None:
         try:
             ast.parse(old)
-        except SyntaxError:
-            return []  # the release's own file is no Python we can read: nothing to compare against
+        except SyntaxError as exc:
+            # Nothing to compare against: the part could not look, and says so.
+            return [f"{path}: could not check the names its lines use: the release's own file does not parse here"
+                    f" (line {exc.lineno}: {exc.msg})"]
     try:
         tree = ast.parse(new)
     except SyntaxError as exc:
@@ -237,28 +314,28 @@ def names_findings(path: str, old: str | None, new: str, release: Release) -> li
             old_keys[key] -= 1
             continue
         findings.append(f"{path}:{message.lineno}: {key}")
+    port = release.port
     fields = release.server_args()
+    port_fields = port.server_args() if port is not None else None
     in_class = _in_server_args_class(tree) if path == SERVER_ARGS else set()
     seen_nodes = set()
+
+    def port_adds(what: str) -> None:
+        release.added.append(f"{path}:{line}: {what}")
+
     for node in ast.walk(tree):
         line = getattr(node, "lineno", None)
         if line not in touched:
             continue
         if isinstance(node, ast.ImportFrom) and node.level == 0 and (node.module or "").startswith("sglang"):
-            defined = release.defines(node.module)
-            if defined is None:
-                findings.append(f"{path}:{line}: imports {node.module}, which the release does not have")
-                continue
-            if "*" in defined or "__getattr__" in defined:
-                continue  # names made at import time (a star import, a module __getattr__): not static
-            for alias in node.names:
-                sub = release.module_path(f"{node.module}.{alias.name}")
-                if alias.name != "*" and alias.name not in defined and sub is None:
-                    findings.append(f"{path}:{line}: {node.module} defines no {alias.name}")
+            findings += _import_from_findings(path, line, node, release, port_adds)
         elif isinstance(node, ast.Import):
             for alias in node.names:
                 if alias.name.startswith("sglang") and release.module_path(alias.name) is None:
-                    findings.append(f"{path}:{line}: imports {alias.name}, which the release does not have")
+                    if port is not None and port.module_path(alias.name) is not None:
+                        port_adds(f"imports {alias.name}, a module the port itself adds")
+                    else:
+                        findings.append(f"{path}:{line}: imports {alias.name}, which the release does not have")
         elif isinstance(node, ast.Attribute) and fields and id(node) not in seen_nodes:
             found = _chain(node)
             if not found:
@@ -266,9 +343,16 @@ def names_findings(path: str, old: str | None, new: str, release: Release) -> li
             for inner in ast.walk(node):
                 seen_nodes.add(id(inner))
             root, attrs = found
+            if isinstance(fields, str):
+                if root in ("get_server_args()", "server_args") and attrs:
+                    findings.append(f"{path}:{line}: could not check the ServerArgs field {attrs[0]!r}: {fields}")
+                continue
             names, namespaces = fields
             if root in ("get_server_args()", "server_args") or (root == "self" and line in in_class):
                 if attrs and attrs[0] not in names:
+                    if isinstance(port_fields, tuple) and attrs[0] in port_fields[0]:
+                        port_adds(f"reads ServerArgs field {attrs[0]!r}, which the port itself adds")
+                        continue
                     findings.append(f"{path}:{line}: ServerArgs has no field {attrs[0]!r} (read as {root}.{attrs[0]})")
             elif root.startswith("get_") and root.endswith("()"):
                 space = root[4:-2]
@@ -281,5 +365,46 @@ def names_findings(path: str, old: str | None, new: str, release: Release) -> li
                 else:
                     prefix = ".".join([space, *attrs])
                     if not any(ns == prefix or ns.startswith(prefix + ".") for ns in namespaces):
+                        if isinstance(port_fields, tuple) and _declares(port_fields[1], space, attrs):
+                            port_adds(f"reads setting {'.'.join(attrs)} under NS({space!r}...), which the port itself adds")
+                            continue
                         findings.append(f"{path}:{line}: no setting {'.'.join(attrs)} under NS({space!r}...) (read as {root}.{'.'.join(attrs)})")
+    return findings
+
+
+def _declares(namespaces: dict[str, set[str]], space: str, attrs: list[str]) -> bool:
+    for cut in range(len(attrs), 0, -1):
+        if attrs[cut - 1] in namespaces.get(".".join([space, *attrs[: cut - 1]]), ()):
+            return True
+    prefix = ".".join([space, *attrs])
+    return any(ns == prefix or ns.startswith(prefix + ".") for ns in namespaces)
+
+
+def _import_from_findings(path: str, line: int, node: ast.ImportFrom, release: Release, port_adds) -> list[str]:
+    """What ``from <sglang module> import a, b`` on a touched line uses that the release lacks."""
+    module, port = node.module, release.port
+    known = release.names_of(module)
+    if known is None:
+        if port is not None and port.module_path(module) is not None:
+            port_adds(f"imports {module}, a module the port itself adds")
+            return []
+        return [f"{path}:{line}: imports {module}, which the release does not have"]
+    defined, blind = known
+    if defined is None:
+        return [f"{path}:{line}: could not check what it imports from {module}: {blind[0]}"]
+    findings = []
+    for alias in node.names:
+        if alias.name == "*":
+            findings.append(f"{path}:{line}: could not check the names a star import of {module} brings")
+            continue
+        if alias.name in defined or release.module_path(f"{module}.{alias.name}") is not None:
+            continue
+        ported = port.names_of(module) if port is not None else None
+        if (ported is not None and ported[0] is not None and alias.name in ported[0]) or (
+                port is not None and port.module_path(f"{module}.{alias.name}") is not None):
+            port_adds(f"imports {alias.name} from {module}, which the port itself adds")
+        elif blind:
+            findings.append(f"{path}:{line}: could not check whether {module} defines {alias.name}: {blind[0]}")
+        else:
+            findings.append(f"{path}:{line}: {module} defines no {alias.name}")
     return findings

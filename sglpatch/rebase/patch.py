@@ -45,6 +45,10 @@ def rebase_patch(project, trial: Trial, patch: SeriesPatch, pins: tuple[Pin, ...
         outcome.verdict = Outcome.WITNESS_UNAVAILABLE
         outcome.detail = f"{patch.name} names no witness, so nothing can confirm a port"
         return outcome
+    # The witness, and the patch's regression tests: a port is accepted only when both pass on
+    # it (the new pin is the newest, so its rendition is the one whose tests go upstream).
+    judged_by = registry.witnesses_for(patch, patch.main)
+    witness = judged_by[0] if judged_by else witness
     outcome.witness = witness.name
     tree = git_out(["rev-parse", f"{trial.pristine.commit}^{{tree}}"], trial.repo)
     before = answer_cache.run_cached(
@@ -74,7 +78,7 @@ def rebase_patch(project, trial: Trial, patch: SeriesPatch, pins: tuple[Pin, ...
         return outcome
 
     def judged(attempt: Attempt, commit: str) -> bool:
-        verdict, after = trial.judge(witness, commit)
+        verdict, after = trial.judge(judged_by or [witness], commit)
         attempt.judge = verdict.summary()
         attempt.findings = verdict.findings()[:20]
         attempt.witness_after = after.summary() if after else ""

@@ -56,6 +56,9 @@ class RebaseReport:
     tree: str = ""  # the release's tree with every accepted port (the lock's tree when complete)
     prepared: str = ""  # build/port/<version>/, the tree left for a person (relative), if any
     cells: list[str] = field(default_factory=list)  # "<cell> <outcome>" of the release's CPU cells on the staged series
+    # The cells among them whose answer was replayed (kept from an earlier run on the same trees and
+    # checking code), not computed by this run.
+    cells_replayed: list[str] = field(default_factory=list)
 
     @property
     def complete(self) -> bool:
@@ -91,10 +94,18 @@ class RebaseReport:
             lines.append(f"  left for a person: {self.prepared} (the nearest candidate of {self._left()}, zdiff3 markers where it"
                          f" conflicted); edit it, then: sglpatch patch refresh {self.version}")
         if self.cells:
-            lines.append(f"  CPU matrix cells on the staged series: {', '.join(self.cells)}")
+            lines.append(f"  CPU matrix cells on the staged series: {', '.join(self.shown_cells())}")
+            if self.cells_replayed:
+                lines.append(f"      {len(self.cells_replayed)} of {len(self.cells)} replayed: answers an earlier run gave"
+                             " for the same trees and checking code, not computed now")
         if self.error:
             lines.append(f"  error: {self.error}")
         return "\n".join(lines)
+
+    def shown_cells(self) -> list[str]:
+        """The cells as shown: a replayed one says so."""
+        replayed = set(self.cells_replayed)
+        return [cell + (" (replayed)" if cell.split(" ", 1)[0] in replayed else "") for cell in self.cells]
 
     def _left(self) -> str:
         return ", ".join(o.name for o in self.outcomes if o.prepared)

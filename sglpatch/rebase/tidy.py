@@ -61,7 +61,7 @@ def tidy_renditions(project, *, write: bool = True) -> TidyReport:
         for part in ("upstream", "patches"):
             shutil.copytree(project.root / part, copy / part)
         shutil.copy2(project.lock_file, copy / LOCK_FILE)
-        view = Project(copy)
+        view = Project(copy, sealed=True)
         while True:
             chosen = _choose(reproduced_renditions(view), view, pinned)
             if chosen is None:

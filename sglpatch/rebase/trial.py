@@ -93,33 +93,46 @@ class Trial:
     def commit_tree(self, rendition: PatchFile, tree: str) -> str:
         return commit_patch(self.repo, rendition, tree, self.parent)
 
+    def _exists(self, commit: str, path: str) -> bool:
+        return run_git(["cat-file", "-e", f"{commit}:{path}"], self.repo, check=False).returncode == 0
+
     def _text(self, commit: str, path: str) -> str | None:
         shown = run_git(["cat-file", "blob", f"{commit}:{path}"], self.repo, check=False)
         return shown.stdout.decode(errors="replace") if shown.returncode == 0 else None
 
     def judge(self, witness, commit: str) -> tuple[judging.Verdict, WitnessResult | None]:
         """The judge's verdict on ``commit`` (a candidate on the current parent): names, then the
-        witness, then the import smoke, each only when the ones before passed."""
+        witness, then the import smoke, each only when the ones before passed. ``witness`` may be
+        a list (the patch's witness, then its regression tests: ``registry.witnesses_for``):
+        every one must pass on the port; the answer given back is the first's."""
+        witnesses = list(witness) if isinstance(witness, (list, tuple)) else [witness]
         tree = git_out(["rev-parse", f"{commit}^{{tree}}"], self.repo)
-        key = (tree, self.parent, witness.name)
+        key = (tree, self.parent, ",".join(w.name for w in witnesses))
         if key in self._verdicts:
             return self._verdicts[key]
         verdict = judging.Verdict()
         changed = [p for p in git_out(["diff", "--name-only", "--no-renames", self.parent, commit], self.repo).splitlines() if p]
-        exists = lambda path: run_git(["cat-file", "-e", f"{commit}:{path}"], self.repo, check=False).returncode == 0  # noqa: E731
-        release = judging.Release(lambda path: self._text(commit, path), exists)
+        # Names are checked against the release's own tree (with the patches accepted before this
+        # one); what only the candidate defines is the port's own addition, and said so.
+        port = judging.Release(lambda path: self._text(commit, path), lambda path: self._exists(commit, path))
+        release = judging.Release(lambda path: self._text(self.parent, path), lambda path: self._exists(self.parent, path),
+                                  port=port)
         for path in changed:
             new = self._text(commit, path)
             if path.endswith(".py") and new is not None:
                 verdict.names += judging.names_findings(path, self._text(self.parent, path), new, release)
+        verdict.added = list(dict.fromkeys(release.added))
         verdict.checked.append("names")
         after = None
         if not verdict.names:
-            after = self.witness(witness, commit)
+            answers = self.witnesses(witnesses, commit)
+            after = answers[witnesses[0].name]
             verdict.checked.append("witness")
-            if after.state != CLEAN:
-                verdict.witness.append(f"{witness.name} says {after.summary()} on the port: {after.detail}"[:600])
-            else:
+            for checked in witnesses:
+                answer = answers[checked.name]
+                if answer.state != CLEAN:
+                    verdict.witness.append(f"{checked.name} says {answer.summary()} on the port: {answer.detail}"[:600])
+            if not verdict.witness:
                 verdict.imports = self.import_smoke(commit, changed)
                 verdict.checked.append("imports")
         self._verdicts[key] = (verdict, after)
@@ -128,24 +141,30 @@ class Trial:
     def import_smoke(self, commit: str, changed: list[str]) -> list[str]:
         """Findings of importing every module the port touches (and, for a kernel source, the
         modules that load it) in the pin's CPU Python on the emulated MI355X box."""
-        modules = []
+        modules, blind = [], []
         for path in changed:
             if path.startswith("python/sglang/") and path.endswith(".py"):
                 before = self._text(self.parent, path)
                 try:
                     ast.parse(before or "")
-                except SyntaxError:
-                    continue  # the release's own file is no Python: nothing to import
+                except SyntaxError as exc:
+                    blind.append(f"could not check {path}: the release's own file does not parse here (line {exc.lineno}: {exc.msg})")
+                    continue
                 modules.append(path[len("python/"):-3].replace("/", ".").removesuffix(".__init__"))
             elif path.startswith("python/sglang/"):
                 name = Path(path).name
                 found = run_git(["grep", "-l", "-F", name, commit, "--", "python/sglang/*.py"], self.repo, check=False)
-                for line in found.stdout.decode().splitlines():
+                loaders = found.stdout.decode().splitlines()
+                if not loaders:
+                    blind.append(f"could not check {path}: no module of the release names {name}, so none loads it")
+                for line in loaders:
                     module = line.split(":", 1)[-1]
                     modules.append(module[len("python/"):-3].replace("/", ".").removesuffix(".__init__"))
+            else:
+                blind.append(f"could not check {path}: it is outside the package (python/sglang/), nothing imports it")
         modules = list(dict.fromkeys(modules))
         if not modules:
-            return []
+            return blind or ["could not check: the port touches no module to import"]
         try:
             python = probe_runs.cpu_python(self.pin)
         except Unavailable as exc:
@@ -160,7 +179,7 @@ class Trial:
         if failure:
             return [f"unavailable: {failure}"[:600]]
         answer = run.answers[request.name].get("modules", {})
-        return [f"{module}: {error}"[:600] for module, error in answer.items() if error]
+        return blind + [f"{module}: {error}"[:600] for module, error in answer.items() if error]
 
     def _reset(self) -> None:
         run_git(["read-tree", self.parent], self.repo, env=self.env)
@@ -200,6 +219,15 @@ class Trial:
             return checkout_commit(self.repo, commit, Path(tempfile.mkdtemp(dir=self.scratch, prefix="witness-")))
 
         return answer_cache.run_cached(witness, tree, self.pin, materialize)
+
+    def witnesses(self, witnesses: list, commit: str) -> dict[str, WitnessResult]:
+        """Every witness's answer on ``commit``, the CPU probes among them in one go."""
+        tree = git_out(["rev-parse", f"{commit}^{{tree}}"], self.repo)
+
+        def materialize() -> Path:
+            return checkout_commit(self.repo, commit, Path(tempfile.mkdtemp(dir=self.scratch, prefix="witness-")))
+
+        return answer_cache.run_cached_many(witnesses, tree, self.pin, materialize)
 
     def format_patch(self, commit: str) -> str:
         return run_git(["format-patch", "-1", "--stdout", "--zero-commit", commit], self.repo).stdout.decode()

@@ -18,6 +18,10 @@ OUT_INSIDE = "/sglpatch-out"  # the bench's raw files
 HF_INSIDE = "/root/.cache/huggingface"
 CHECKPOINT_INSIDE = "/sglpatch-checkpoint"  # the job's synthetic checkpoint, mounted read-only into servers
 
+# -- the device a record was made on, stamped by the runner (``options.device_stamp``)
+
+ROCM_GPU = "rocm-gpu"  # the containers ran with the AMD device flags, on a host with /dev/kfd
+
 # -- our labels, on every image and container we make
 
 LABEL_OWNER = "io.sglpatch.owner"

@@ -41,7 +41,7 @@ from sglpatch.rocm.checks import serve_check
 from sglpatch.rocm.constants import (CHECKPOINT_INSIDE, CHECKS_INSIDE, HF_INSIDE, LABEL_CELL, LABEL_JOB, LABEL_LAUNCH, LOGS_INSIDE,
                                      STATE_INSIDE)
 from sglpatch.rocm.image import build_patched_image
-from sglpatch.rocm.options import RocmOptions, unavailable_reason
+from sglpatch.rocm.options import RocmOptions, device_stamp, unavailable_reason
 from sglpatch.rocm.server import START_MARGIN_S, ServerContainer
 
 
@@ -240,7 +240,8 @@ class _Job:
     # -- records
 
     def _new_record(self, item: Item) -> CellRecord:
-        record = CellRecord("rocm", item.check, self.pin, item.depth, self.series.version, self.series.digest(), SKIPPED)
+        record = CellRecord("rocm", item.check, self.pin, item.depth, self.series.version, self.series.digest(), SKIPPED,
+                            device=device_stamp(self.options))
         with self._lock:
             self.records[item] = record
         return record
@@ -474,7 +475,7 @@ class _Job:
     def _write_job_record(self, reason: str, job_log: Path, seconds: float) -> JobResult:
         records = [self.records[item] for item in self.items if item in self.records]
         data = {
-            "kind": "rocm-job", "job": self.name, "pin": self.pin, "event": self.event,
+            "kind": "rocm-job", "job": self.name, "pin": self.pin, "event": self.event, "device": device_stamp(self.options),
             "series_version": self.series.version, "series_hash": self.series.digest(),
             "sessions": [item.session(self.pin) for item in self.items], **self.summary,
             "server_starts": len(self.servers), "servers": self.servers, "baselines": self.baseline_steps,

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from sglpatch.errors import Unavailable
 from sglpatch.rocm import containers
-from sglpatch.rocm.constants import KFD, NODE_GPUS
+from sglpatch.rocm.constants import KFD, NODE_GPUS, ROCM_GPU
 
 IMAGE_ENV = "SGLPATCH_ROCM_IMAGE"  # a base image for every pin; "{version}" is replaced by the pin
 MATRIX_MODEL_ENV = "SGLPATCH_MATRIX_MODEL"  # a model folder for the matrix cells instead of the synthetic checkpoint
@@ -52,3 +52,15 @@ def unavailable_reason(options: RocmOptions):
         return None, containers.connect(options.docker_url)
     except Unavailable as exc:
         return str(exc), None
+
+
+def device_stamp(options: RocmOptions) -> str:
+    """The device a run's records are made on, as the runner knows it (not as a container reports
+    it): ``ROCM_GPU`` where its containers get the AMD device flags on a host with ``/dev/kfd``;
+    otherwise none, and why (the stand-in image runs without them). Only a record stamped
+    ``ROCM_GPU`` is a measured duration for the plan (``sglpatch.matrix.plan.recorded_seconds``)."""
+    if not options.gpu:
+        return "none: run without the AMD device flags (a stand-in)"
+    if not KFD.exists():
+        return f"none: {KFD} does not exist"
+    return ROCM_GPU

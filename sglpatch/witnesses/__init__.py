@@ -29,5 +29,8 @@ should call::
 ``materialize`` is called at most once, and only when some witness must really run.
 
 The witnesses: ``rocm_guard`` (compiling with ``hip_toolchain``, the kernel unit of
-``guard_kernel``), ``mtp_exclude`` and ``rocm_flags`` (CPU probes).
+``guard_kernel``), ``mtp_exclude`` and ``rocm_flags`` (CPU probes), and ``upstream_test`` (a
+patch's own regression tests in sglang's layout, ``patches/tests/<patch>/``, run as a CPU probe
+in a child of their own). A patch may have its own witness and tests both:
+``registry.witnesses_for`` gives every witness that judges a rendition.
 """

@@ -53,8 +53,8 @@ def doubles_used(answer: dict) -> str:
 
 
 def run_probe_witnesses(witnesses: list, tree: Path, pin: Pin) -> dict[str, WitnessResult]:
-    """Run CPU-probe witnesses on one tree, uncached: those that share an import environment in
-    one child process. Every witness gets an answer; what could not run is ``unavailable``."""
+    """Run CPU-probe witnesses on one tree, uncached: those that share an import environment (and
+    group: ``probe_runs.ProbeRequest``) in one child process. Every witness gets an answer; what could not run is ``unavailable``."""
     results: dict[str, WitnessResult] = {}
     try:
         python = probe_runs.cpu_python(pin)
@@ -65,7 +65,7 @@ def run_probe_witnesses(witnesses: list, tree: Path, pin: Pin) -> dict[str, Witn
     for witness in witnesses:
         request = witness.probe_request(pin)
         requests[witness.name] = request
-        groups.setdefault(request.environment(), []).append(witness)
+        groups.setdefault((request.environment(), request.group), []).append(witness)
     for group in groups.values():
         run = python.run_probes(tree, [requests[w.name] for w in group])
         for witness in group:
