@@ -7,6 +7,7 @@
     nox -s rebase -- VERSION     rebase the series onto a new sglang release
     nox -s watch                 rebase onto every release on the index newer than the newest pin
     nox -s tests                 the test suite, in parallel
+    nox -s rehearse -- PIN       the ROCm job's checks against the pin's real sglang server on CPU
     nox -s docs                  the manual (MkDocs + Material), strictly: into build/site
 
 The test matrix (docs/ci.md): one session per cell, tagged by the tier that runs it.
@@ -202,6 +203,15 @@ def rebase(session: nox.Session) -> None:
 def watch(session: nox.Session) -> None:
     """Rebase onto every release on the index newer than the newest pin: `nox -s watch -- --open-pr`."""
     _sglpatch(session, "watch")
+
+
+@nox.session(default=False)
+def rehearse(session: nox.Session) -> None:
+    """The ROCm job's in-image checks against each named pin's real sglang server on CPU, one
+    server per pin, and the table of what ran: `nox -s rehearse -- 0.5.23` (docs/rehearsal.md)."""
+    if not session.posargs:
+        session.error("name the pins to rehearse: nox -s rehearse -- 0.5.23 (or -- --oldest-and-newest)")
+    _sglpatch(session, "rehearse")
 
 
 @nox.session

@@ -38,6 +38,7 @@ VERBS = {
     "quark-mtp-exclude": "copy a Quark checkpoint's MTP exclude entries under sglang's decoder names (config.json only)",
     "matrix": "the test matrix: run a cell, list cells, render the table, plan CI",
     "bench": "the bench: run a workload, the accuracy gate, MoE tuning, report, compare",
+    "rehearse": "the ROCm job's checks against each pin's real sglang server on CPU (records no verdict)",
 }
 ALL = "*"
 

@@ -82,6 +82,7 @@ def _hand_percentiles(ttfts: list[float]) -> tuple[float, float]:
 
 
 def test_the_newest_pins_client_sweeps_to_the_knee_with_cache_hits_and_power(tokenizer, tmp_path, monkeypatch):
+    """The pin's real client against the stand-in server (tests/standin_sglang_server.py), with a stand-in amd-smi: the sweep up to the knee, which the real server on CPU (docs/rehearsal.md) is too slow to push."""
     tree = pristine_subtree("0.5.23", tmp_path / "tree")
     monkeypatch.setenv("PATH", f"{stand_in_amd_smi(tmp_path / 'bin', [700.0] * 8)}:{__import__('os').environ['PATH']}")
     client, runs, prefills, log = _sweep("0.5.23", tree, tokenizer, tmp_path / "work", WORKLOAD)
@@ -120,6 +121,7 @@ def test_the_newest_pins_client_sweeps_to_the_knee_with_cache_hits_and_power(tok
 
 
 def test_a_client_without_cache_report_still_gets_percentiles_and_the_hit_rate_from_the_server_log(tokenizer, tmp_path):
+    """The real pre-0.5.14 client against the stand-in server (tests/standin_sglang_server.py): the hit rate read from the server log's prefill lines."""
     old = next(p.version for p in REAL_PINS.pins if Version(p.version) < Version("0.5.14"))
     tree = pristine_subtree(old, tmp_path / "tree")
     workload = Serving(**{**WORKLOAD.__dict__, "extend_max": 0})

@@ -153,6 +153,7 @@ def test_patched_image_applies_the_series_inside_and_carries_our_labels(engine, 
 
 
 def test_check_container_reports_a_failing_command_and_its_exit_code(engine, pin_under_test, standin):
+    """In a container of the stand-in image (tests/rocm_standin, no real sglang): the docker path alone."""
     spec = image.patched_image(pin_under_test, RocmOptions(base_image=standin))
     image_id = image.build_image(engine, spec, lambda line: None)
     pristine_guard = f"git -C {constants.CHECKOUT} diff --quiet"  # no git in the stand-in: fails
@@ -175,6 +176,7 @@ def test_a_patch_that_does_not_apply_fails_the_image_build_with_its_log(engine, 
 
 
 def test_clean_up_removes_only_containers_with_our_labels(engine, standin):
+    """Containers of the stand-in image (tests/rocm_standin, no real sglang): only the clean-up is tested."""
     foreign = engine.containers.create(standin, ["true"], labels={"someone.else": "1"})
     ours = engine.containers.create(
         standin, ["true"], labels={constants.LABEL_OWNER: constants.OWNER, constants.LABEL_CELL: "cell-a"}
@@ -230,6 +232,7 @@ def test_rocm_cells_skip_with_the_reason_where_there_is_no_gpu(project):
 
 
 def test_sglpatch_image_builds_the_patched_image_and_prints_its_tag_and_labels(engine, project, standin, capsys):
+    """FROM the stand-in image (tests/rocm_standin, no real sglang): the build and its labels."""
     from sglpatch import cli
 
     code = cli.main(["-q", "--root", str(project.root), "image", PIN, "--image", standin, "--docker-url", engine.sglpatch_url])
@@ -397,6 +400,7 @@ def test_a_pins_nightly_job_writes_the_synthetic_checkpoint_once_and_serves_it_i
 
 def test_a_checkpoint_that_cannot_be_written_fails_the_synthetic_cells_and_starts_no_server(engine, project, standin, tmp_path):
     # The stand-in without Python: the generator cannot run in it.
+    """Against the stand-in image (tests/rocm_standin): a GPU-free failure path no real server can show here."""
     _forget_server_starts(project)
     model = _standin_model(tmp_path / "model", {})
     result = run_job(project, PIN, [job_plan.Item("load")], _job_options(engine, standin, model, tmp_path),
@@ -417,6 +421,7 @@ def test_a_checkpoint_that_cannot_be_written_fails_the_synthetic_cells_and_start
 ])
 def test_a_failing_check_fails_its_records_and_the_server_container_is_removed(
         engine, project, standin_with_server, tmp_path, behaviour, load_fails, gate_fails):
+    """Against the stand-in server (tests/rocm_standin), made to fail: failure paths the real server on CPU cannot be asked for."""
     _forget_server_starts(project)
     model = _standin_model(tmp_path / "model", behaviour)
     # The matrix asked to serve the model folder (not the synthetic checkpoint): load and the gate share a server.
@@ -432,6 +437,7 @@ def test_a_failing_check_fails_its_records_and_the_server_container_is_removed(
 
 
 def test_an_interrupted_job_still_removes_its_server_container(engine, project, standin_with_server, tmp_path):
+    """Against the stand-in server (tests/rocm_standin): the clean-up of a job interrupted mid-way."""
     model = _standin_model(tmp_path / "model", {})
     seen: list[str] = []
 
@@ -449,7 +455,7 @@ def test_an_interrupted_job_still_removes_its_server_container(engine, project, 
 
 
 def test_a_spec_cell_alone_starts_its_baselines_once_then_reuses_them(engine, project, standin_with_server, tmp_path):
-    """For a person debugging one cell: the first run of spec depth 5 starts the baselines'
+    """Against the stand-in server (tests/rocm_standin). For a person debugging one cell: the first run of spec depth 5 starts the baselines'
     servers and its own; a second run on the same image reuses the baselines."""
     _forget_server_starts(project)
     model = _standin_model(tmp_path / "model", {})

@@ -3,7 +3,7 @@ accept length the server reports, with the launch profile (MTP on). Standard lib
 
 Usage: accuracy_check.py CONFIG_JSON
 CONFIG: {"argv": [launch_server args], "env": {}, "timeout": s, "state": folder, "questions": 200,
-         "shots": 5}: start the server, evaluate, stop it (the accuracy session alone);
+         "shots": 5, "data_path": GSM8K's test set as JSONL (optional: else downloaded)}: start the server, evaluate, stop it (the accuracy session alone);
         {"mode": "attach", "url": the running server, "server": what serve_check's serve mode
          printed, "state", "questions", "shots"}: evaluate against the server a ROCm job holds
          for the profile as shipped (shared with the load and depth-5 spec cells).
@@ -16,6 +16,7 @@ import json
 import re
 import subprocess
 import sys
+import urllib.parse
 import urllib.request
 from pathlib import Path
 
@@ -41,9 +42,16 @@ def server_accept_length() -> float | None:
 
 def evaluate(config: dict) -> dict:
     # sglang's own few-shot GSM8K: greedy (temperature 0 by default), its own answer extraction.
-    host, port = serve_check.URL.rsplit(":", 1)
+    # The host without its scheme: 0.5.23's few_shot_gsm8k (normalize_base_url) prefixes "http://"
+    # itself and would ask for http://http://...; 0.5.10 took either and warned about the scheme.
+    address = urllib.parse.urlsplit(serve_check.URL)
+    host, port = address.hostname, str(address.port)
     command = [sys.executable, "-m", "sglang.test.few_shot_gsm8k", "--num-questions", str(config.get("questions", 200)),
                "--num-shots", str(config.get("shots", 5)), "--host", host, "--port", port]
+    if config.get("data_path"):
+        # Without it every release 0.5.10-0.5.23 downloads GSM8K's test set from GitHub into /tmp
+        # (few_shot_gsm8k's default): a node without that network has no dataset.
+        command += ["--data-path", config["data_path"]]
     done = subprocess.run(command, capture_output=True, text=True, timeout=config.get("eval_timeout", 7200),
                           cwd=config["state"])
     print(done.stdout[-4000:], done.stderr[-4000:], flush=True)

@@ -5,7 +5,8 @@ Usage: bench_run.py CONFIG_JSON
 CONFIG: {"out": folder for every raw file, "timeout": seconds for a server to become healthy,
          "run_timeout": seconds for one client run, "power_interval_s": seconds between samples,
          "ttft_p95_s": the knee's TTFT p95 limit, "client": {"prefix": [...], "module": "...",
-         "cache_report": bool}, "variants": [{"name", "argv": [launch_server args], "env": {}}],
+         "cache_report": bool}, "variants": [{"name", "argv": [launch_server args], "env": {},
+         "attach": {"port", "log", "healthy_s"} (optional: measure a server held elsewhere)}],
          "runs": [{"rate", "args": [client args]}]     every one of them, in order,
          "extend": [{"rate", "args": [...]}]}          each only while the run before met the rule
 
@@ -173,22 +174,33 @@ def main(config: dict) -> int:
     for variant in config["variants"]:
         folder = out / variant["name"]
         folder.mkdir(parents=True, exist_ok=True)
-        server = serve_check.Server(variant["argv"], folder / "server.log", config["timeout"], env=variant.get("env"))
-        entry = {"argv": variant["argv"], "env": variant.get("env", {}), "healthy_s": server.healthy_after,
-                 "server_log": str(folder / "server.log"), "runs": []}
+        attached = variant.get("attach")
+        if attached:
+            # A server someone else holds (the rehearsal's, shared by its checks): its port, log and
+            # health as its serve mode reported them; not started or stopped here.
+            server, server_log = None, Path(attached["log"])
+            healthy_s = attached.get("healthy_s")
+            variant_host = ["--host", "127.0.0.1", "--port", str(attached["port"])]
+        else:
+            server_log = folder / "server.log"
+            server = serve_check.Server(variant["argv"], server_log, config["timeout"], env=variant.get("env"))
+            healthy_s, variant_host = server.healthy_after, host_args
+        entry = {"argv": variant["argv"], "env": variant.get("env", {}), "healthy_s": healthy_s,
+                 "server_log": str(server_log), "runs": []}
         try:
-            if server.healthy_after is not None:
-                with_host = lambda runs: [{**r, "args": [*r["args"], *host_args]} for r in runs]  # noqa: E731
+            if healthy_s is not None:
+                with_host = lambda runs: [{**r, "args": [*r["args"], *variant_host]} for r in runs]  # noqa: E731
                 entry["runs"] = sweep(
                     client, with_host(config["runs"]), with_host(config.get("extend", [])), folder,
                     ttft_p95_s=config.get("ttft_p95_s", bench_metrics.KNEE_TTFT_P95_S),
                     timeout=config.get("run_timeout", 7200), power_interval_s=config.get("power_interval_s", 1.0),
-                    server_log=folder / "server.log",
+                    server_log=server_log,
                 )
         except Exception as exc:
             entry["error"] = f"{type(exc).__name__}: {exc}"
         finally:
-            server.stop()
+            if server is not None:
+                server.stop()
         report["variants"][variant["name"]] = entry
     print(json.dumps(report))
     return 0

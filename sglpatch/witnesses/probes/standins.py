@@ -205,6 +205,61 @@ class _NamedFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
             setattr(module, attribute, placeholder(f"{module.__name__}.{attribute}"))
 
 
+class StandinCalled(RuntimeError):
+    """Something of an import-only stand-in was called: the stand-in cannot run it, and says which."""
+
+
+class _ImportOnlyMeta(type):
+    def __getattr__(cls, name):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        # Module-level constants are read at import (``scalar_types.uint4b8``): a placeholder,
+        # which raises when it is used.
+        value = _ImportOnlyMeta(name, (), {"__qualname__": f"{cls.__qualname__}.{name}", "_sglpatch_standin": True})
+        setattr(cls, name, value)
+        return value
+
+    def __call__(cls, *args, **kwargs):
+        message = (f"sglpatch stand-in: {cls.__qualname__} was called: "
+                   "the import-only stand-in cannot run it (no CPU build of the package exists)")
+        print(message, file=sys.stderr, flush=True)
+        _CALLS[cls.__qualname__] = _CALLS.get(cls.__qualname__, 0) + 1
+        raise StandinCalled(message)
+
+    def __repr__(cls):
+        return f"<import-only stand-in {cls.__qualname__}>"
+
+
+class _ImportOnlyModule(types.ModuleType):
+    def __getattr__(self, name):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        value = _ImportOnlyMeta(name, (), {"__qualname__": f"{self.__name__}.{name}", "_sglpatch_standin": True})
+        setattr(self, name, value)
+        return value
+
+
+class _ImportOnlyFinder(_CatchAllFinder):
+    def create_module(self, spec):
+        module = _ImportOnlyModule(spec.name)
+        module.__path__ = []
+        module.__version__ = STANDIN_VERSION
+        module._sglpatch_standin = True
+        return module
+
+    def exec_module(self, module):
+        pass
+
+
+def install_import_only(root: str) -> bool:
+    """Stand in for ``root`` with an import-only module (see the module's docstring) where it does
+    not import here; whether it was stood in."""
+    if _imports(root):
+        return False
+    sys.meta_path.insert(0, _ImportOnlyFinder(root))
+    return True
+
+
 def _imports(root: str) -> bool:
     try:
         importlib.import_module(root)
