@@ -315,7 +315,7 @@ def test_leaving_out_a_release_inside_a_range_splits_the_range_around_it(fake_pr
 def test_a_rendition_committed_on_the_left_out_release_alone_is_made_again_from_a_neighbours_locked_commit(
         fake_project, tmp_path):
     from sglpatch.leave_one_out import leave_out
-    from sglpatch.project import apply_series
+    from sglpatch.apply_pins import apply_series
 
     # 0.2.5 already holds the fix (the main file reverse-applies there: not needed), so among the
     # main file's pins only 0.2.0 commits it: its text was made for 0.2.0.

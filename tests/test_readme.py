@@ -58,7 +58,7 @@ def concrete(command: str) -> list[list[str]]:
     for keep_optional in (False, True):
         shown = re.sub(r"\[([^\]]*)\]", (lambda m: m.group(1)) if keep_optional else "", text)
         alternatives = [[]]
-        for word in shlex.split(shown.replace("\\|", "|")):
+        for word in shlex.split(shown.replace("\\|", "|"), comments=True):  # a shell comment is no argument
             choices = word.split("|") if "|" in word and not word.startswith("-") else [word]
             alternatives = [prefix + [choice] for prefix in alternatives for choice in choices]
         variants += [[word for word in argv if word != "ARGS"] for argv in alternatives]

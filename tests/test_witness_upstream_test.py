@@ -9,7 +9,6 @@ sends upstream fails on the pristine 0.5.23 and passes with the patch.
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 
