@@ -215,9 +215,7 @@ class _ImportOnlyMeta(type):
             raise AttributeError(name)
         # Module-level constants are read at import (``scalar_types.uint4b8``): a placeholder,
         # which raises when it is used.
-        value = _ImportOnlyMeta(name, (), {"__qualname__": f"{cls.__qualname__}.{name}", "_sglpatch_standin": True})
-        setattr(cls, name, value)
-        return value
+        return _import_only_attribute(cls, cls.__qualname__, name)
 
     def __call__(cls, *args, **kwargs):
         message = (f"sglpatch stand-in: {cls.__qualname__} was called: "
@@ -234,9 +232,14 @@ class _ImportOnlyModule(types.ModuleType):
     def __getattr__(self, name):
         if name.startswith("__"):
             raise AttributeError(name)
-        value = _ImportOnlyMeta(name, (), {"__qualname__": f"{self.__name__}.{name}", "_sglpatch_standin": True})
-        setattr(self, name, value)
-        return value
+        return _import_only_attribute(self, self.__name__, name)
+
+
+def _import_only_attribute(owner, owner_name: str, name: str):
+    """``owner.name`` as an import-only placeholder, kept on ``owner`` so it is made once."""
+    value = _ImportOnlyMeta(name, (), {"__qualname__": f"{owner_name}.{name}", "_sglpatch_standin": True})
+    setattr(owner, name, value)
+    return value
 
 
 class _ImportOnlyFinder(_CatchAllFinder):
