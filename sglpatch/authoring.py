@@ -140,10 +140,14 @@ def refresh(project, version: str, rendition_of: str | None = None) -> list[Refr
     return written
 
 
-def problems_of(project, refreshed: list[Refreshed]) -> list[str]:
-    """``sglpatch check``'s findings in the files just written."""
+def problems_of(project, refreshed: list[Refreshed]) -> tuple[list[str], list[str]]:
+    """``sglpatch check``'s findings in the files just written: (problems, tests still to write).
+    A new patch's missing regression test is the next step, not a problem of what was written."""
     paths = {item.path for item in refreshed if item.action != "unchanged"}
-    return [str(p) for p in check_series(project.patches_dir, project.pins()) if p.path in paths]
+    new = {item.path for item in refreshed if item.action == "new"}
+    found = [p for p in check_series(project.patches_dir, project.pins()) if p.path in paths]
+    awaited = [p for p in found if p.awaits_test and p.path in new]
+    return [str(p) for p in found if p not in awaited], [p.message.removeprefix("no regression test: ") for p in awaited]
 
 
 def am_subject(text: str, cwd: Path) -> str:

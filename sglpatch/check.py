@@ -146,7 +146,7 @@ def _test_problems(patches_dir: Path, main: Path, parsed: list[PatchFile]) -> li
         problems.append(Problem(main, head.trailer_lines.get("witness", 1),
                                 f"no regression test: add {TESTS_DIR}/{main.stem}/{UPSTREAM_TEST_ROOT}<path mirroring "
                                 "python/sglang/srt>/test_*.py (a patch upstream already fixed says so with "
-                                "Fixed-Upstream-In)"))
+                                "Fixed-Upstream-In)", awaits_test=True))
     return problems
 
 

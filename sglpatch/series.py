@@ -66,6 +66,9 @@ class Problem:
     path: Path
     line: int
     message: str
+    # A patch just written by ``patch refresh`` has no test yet: the step that follows, not a fault
+    # of what refresh wrote (``sglpatch check`` still refuses the series until it is there).
+    awaits_test: bool = False
 
     def __str__(self) -> str:
         return f"{self.path}:{self.line}: {self.message}"

@@ -46,7 +46,7 @@ def test_a_new_commit_becomes_the_next_numbered_patch_in_the_series(applied):
     written = (project.patches_dir / "0002-layers-fix-line-30.patch").read_text()
     assert "Applies-To: ==0.1.0" in written and "Upstream-Status: Pending" in written and "Witness: guard-text" in written
     assert (project.patches_dir / "series").read_text().splitlines()[-1] == "0002-layers-fix-line-30.patch"
-    assert authoring.problems_of(project, refreshed) == []
+    assert authoring.problems_of(project, refreshed) == ([], [])
     # apply takes the patch as the series' own commit; the refreshed commit is kept under refs/sglpatch.
     report = apply_series(project, ["0.1.0"], update_lock=True, run_witnesses=False)
     assert report.ok, report.to_json()
@@ -60,8 +60,22 @@ def test_a_new_patch_without_its_witness_is_named_by_check(applied):
     tree = project.build_dir / "trees" / "0.1.0"
     _commit(tree, EXAMPLE, "line 31\n", "line 31 mine\n", "layers: fix line 31")
     refreshed = authoring.refresh(project, "0.1.0")
-    problems = authoring.problems_of(project, refreshed)
+    problems, _ = authoring.problems_of(project, refreshed)
     assert any("missing the Witness trailer" in p for p in problems) and any("missing the Origin trailer" in p for p in problems)
+
+
+def test_a_new_patch_whose_test_is_still_to_write_is_told_where_it_goes_and_check_still_refuses(applied, capsys):
+    from sglpatch import cli
+
+    project = applied.project
+    tree = project.build_dir / "trees" / "0.1.0"
+    (project.patches_dir / "tests").mkdir()  # the series keeps regression tests: a new patch needs one
+    _commit(tree, EXAMPLE, "line 32\n", "line 32 mine\n", "layers: fix line 32\n\nProblem, cause, fix.\n\nWitness: guard-text\nOrigin: a test")
+    assert cli.main(["--root", str(project.root), "patch", "refresh", "0.1.0"]) == 0
+    said = capsys.readouterr().out
+    assert "next: its regression test: add patches/tests/0002-layers-fix-line-32/test/registered/unit/" in said
+    assert cli.main(["--root", str(project.root), "check"]) != 0
+    assert "no regression test" in capsys.readouterr().out
 
 
 def test_amending_a_series_commit_updates_that_patch(applied):

@@ -47,9 +47,11 @@ def run_refresh(project, args) -> int:
     refreshed = authoring.refresh(project, version, args.rendition_of)
     for item in refreshed:
         say(args, f"{item.action:<14} {item.path.relative_to(project.root)}  {item.subject}")
-    problems = authoring.problems_of(project, refreshed)
+    problems, tests_to_write = authoring.problems_of(project, refreshed)
     for problem in problems:
         say(args, problem)
+    for test in tests_to_write:
+        say(args, f"next: its regression test: {test.replace('add tests/', 'add patches/tests/', 1)}")
     if any(item.action != "unchanged" for item in refreshed):
         say(args, f"next: sglpatch check, then sglpatch apply {version} --update-lock, and commit patches/ and the lock")
     return exitcodes.FAILED if problems else exitcodes.OK
