@@ -9,8 +9,8 @@ import time
 
 import pytest
 
-from sglpatch import cache
-from sglpatch.errors import SglpatchError
+from sglpatch.plumbing import cache
+from sglpatch.plumbing.errors import SglpatchError
 
 HOLD = """
 import sys, time

@@ -16,8 +16,8 @@ import yaml
 from conftest import REPO_ROOT
 from sglpatch.matrix import job_plan, plan, workflow
 from sglpatch.matrix.cells import PROFILE
-from sglpatch.profile import load_profile
-from sglpatch.project import Project
+from sglpatch.serving.profile import load_profile
+from sglpatch.plumbing.project import Project
 from sglpatch.rocm import constants
 from sglpatch.rocm.constants import ROCM_GPU
 

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from sglpatch import exitcodes
-from sglpatch.cli_options import add, say
-from sglpatch.profile import load_profile
+from sglpatch.commands import exitcodes
+from sglpatch.commands.cli_options import add, say
+from sglpatch.serving.profile import load_profile
 
 
 def register(sub) -> None:

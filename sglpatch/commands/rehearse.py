@@ -8,9 +8,9 @@ import sys
 
 from packaging.version import Version
 
-from sglpatch import exitcodes
-from sglpatch.cli_options import add, say
-from sglpatch.errors import SglpatchError
+from sglpatch.commands import exitcodes
+from sglpatch.commands.cli_options import add, say
+from sglpatch.plumbing.errors import SglpatchError
 
 
 def register(sub) -> None:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from sglpatch import exitcodes
-from sglpatch.cli_options import add, say
+from sglpatch.commands import exitcodes
+from sglpatch.commands.cli_options import add, say
 
 
 def register(sub) -> None:
@@ -20,7 +20,7 @@ def register(sub) -> None:
 
 
 def run(project, args) -> int:
-    from sglpatch import watch
+    from sglpatch.upstream import watch
 
     result = watch.watch(project, write=not args.dry_run, out_dir=args.out)
     say(args, result.text())

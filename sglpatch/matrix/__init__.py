@@ -12,16 +12,6 @@ Read it one file at a time:
 - ``plan``       the CI jobs per event (one per pin on a runner) and their node-hours
 - ``workflow``   the GitHub Actions workflow generated from the plan
 
-The pin under test is ``sglpatch.pin_under_test``, the records ``sglpatch.records``; the ROCm
+The pin under test is ``sglpatch.apply.pin_under_test``, the records ``sglpatch.matrix.records``; the ROCm
 tier's containers, image, in-image checks and job runner are ``sglpatch.rocm``.
 """
-
-from sglpatch.matrix.cells import CHECKS, DEPTHS, PROFILE, TIERS, Cell, Check, cells, depth_argv, depth_flags, validate_cell
-from sglpatch.matrix.cpu import run_cpu_cell
-from sglpatch.matrix.cpu_checks import spec_scenarios, synthetic_checkpoint_part
-from sglpatch.matrix.kernels import multi_step_kernel_threshold
-
-__all__ = [
-    "CHECKS", "DEPTHS", "PROFILE", "TIERS", "Cell", "Check", "cells", "depth_argv", "depth_flags",
-    "multi_step_kernel_threshold", "run_cpu_cell", "spec_scenarios", "synthetic_checkpoint_part", "validate_cell",
-]

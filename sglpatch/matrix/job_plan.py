@@ -30,10 +30,10 @@ import os
 import re
 from dataclasses import dataclass, field
 
-from sglpatch.errors import SglpatchError
+from sglpatch.plumbing.errors import SglpatchError
 from sglpatch.matrix.cells import DEPTHS, PROFILE, depth_argv
-from sglpatch.profile import Profile, load_profile
-from sglpatch.records import cell_id
+from sglpatch.serving.profile import Profile, load_profile
+from sglpatch.matrix.records import cell_id
 from sglpatch.rocm.checks import serve_check
 from sglpatch.rocm.constants import CHECKPOINT_INSIDE, NODE_GPUS
 from sglpatch.rocm.profiles import PROFILES, launch_env, variants
