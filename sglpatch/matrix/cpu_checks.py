@@ -29,7 +29,7 @@ from sglpatch.witnesses.results import CLEAN
 # Bump when what a CPU cell checks changes in a way the hashed sources below do not show.
 CPU_TIER_VERSION = "1"
 # The checking code, from the package root.
-_CHECKING_CODE = ("matrix/cells.py", "pin_under_test.py", "matrix/kernels.py", "matrix/cpu.py", "matrix/cpu_checks.py")
+_CHECKING_CODE = ("matrix/cells.py", "apply/pin_under_test.py", "matrix/kernels.py", "matrix/cpu.py", "matrix/cpu_checks.py")
 
 
 def code_digest() -> str:
