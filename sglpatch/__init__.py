@@ -5,7 +5,7 @@ as a git commit) -> ``series`` (our patches, their checks, the lock everyone mus
 ``apply`` (one commit per patch, classified, reported), with ``witnesses`` proving each patch,
 ``matrix``, ``rocm``, ``bench`` and ``rehearsal`` beyond, ``rebase`` and ``upstream`` for new
 releases and pull requests, ``serving`` for launch profiles, and ``plumbing`` under them all.
-``cli`` and ``commands`` are the doors. docs/tour.md walks through every module.
+``cli`` (with ``cli_options`` and ``exitcodes``) and ``commands`` are the doors. docs/tour.md walks through every module.
 """
 
 __version__ = "0.1.0"

@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 from sglpatch import __version__
-from sglpatch.commands import exitcodes
+from sglpatch import exitcodes
 from sglpatch.plumbing import progress
 from sglpatch.plumbing.errors import SglpatchError, Unavailable
 from sglpatch.plumbing.project import Project

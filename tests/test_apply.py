@@ -711,7 +711,7 @@ def test_no_witnesses_on_a_pin_whose_trees_are_the_locks_matches_and_names_the_v
     # --no-witnesses decided; it says which verdict it left unchecked instead of failing.
     from conftest import BASE_FILES, make_wheel, pin_entry
     from sglpatch import cli
-    from sglpatch.commands import exitcodes
+    from sglpatch import exitcodes
 
     files = tree_files("0.1.0")
     guarded = files[KERNEL].replace("#include <cuda_runtime.h>\n", "#ifndef USE_ROCM\n#include <cuda_runtime.h>\n#endif\n")

@@ -16,7 +16,7 @@ HOLD = """
 import sys, time
 sys.argv = ["sglpatch", "apply", "0.5.14"]
 from pathlib import Path
-from sglpatch import cache
+from sglpatch.plumbing import cache
 with cache.entry_lock(Path({path!r})):
     print("held", flush=True)
     time.sleep({seconds})

@@ -1,5 +1,5 @@
 """The command line as its users expect it: --version, --json, plain help, exit codes that tell
-the cases apart (sglpatch/commands/exitcodes.py)."""
+the cases apart (sglpatch/exitcodes.py)."""
 
 from __future__ import annotations
 
@@ -11,8 +11,7 @@ import sys
 import pytest
 
 from conftest import REPO_ROOT, format_patch, tree_files
-from sglpatch import __version__
-from sglpatch.commands import exitcodes
+from sglpatch import __version__, exitcodes
 
 KERNEL = "python/sglang/jit_kernel/csrc/kernel.cuh"
 EXAMPLE = "python/sglang/srt/layers/example.py"

@@ -12,8 +12,9 @@ from pathlib import Path
 PACKAGE = Path(__file__).resolve().parent.parent / "sglpatch"
 MAX_LINES = 500
 MAX_IMPORTS_INSIDE_FUNCTIONS = 5
-CLI = ("sglpatch.cli", "sglpatch.__main__", "sglpatch.commands")
-ENTRY_POINTS = {"__init__.py", "__main__.py", "cli.py"}
+CLI = ("sglpatch.cli", "sglpatch.cli_options", "sglpatch.__main__", "sglpatch.commands")
+# The CLI's entry points and what ``sglpatch --help`` needs without importing ``commands/``.
+ENTRY_POINTS = {"__init__.py", "__main__.py", "cli.py", "cli_options.py", "exitcodes.py"}
 
 
 def _modules() -> dict[str, Path]:

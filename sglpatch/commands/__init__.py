@@ -1,3 +1,3 @@
 """One file per ``sglpatch`` verb: its arguments (``register``) and its door onto the library
 (``run``). ``sglpatch.cli`` lists them in the order ``sglpatch --help`` shows them; what they share
-is in ``sglpatch.commands.cli_options``."""
+is in ``sglpatch.cli_options``."""

@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from sglpatch.commands import exitcodes
-from sglpatch.commands.cli_options import add, keep_record, options_from, rocm_options, say
+from sglpatch import exitcodes
+from sglpatch.cli_options import add, keep_record, options_from, rocm_options, say
 
 
 def register(sub) -> None:

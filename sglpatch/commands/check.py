@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from sglpatch.commands import exitcodes
+from sglpatch import exitcodes
 from sglpatch.series.check import check_series
-from sglpatch.commands.cli_options import add, emit_json, json_flag, say
+from sglpatch.cli_options import add, emit_json, json_flag, say
 from sglpatch.rebase.redundant import reproduced_renditions
 
 

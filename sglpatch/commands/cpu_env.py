@@ -5,9 +5,9 @@ from __future__ import annotations
 import argparse
 import json
 
-from sglpatch.commands import exitcodes
+from sglpatch import exitcodes
 from sglpatch.witnesses import probe_runs
-from sglpatch.commands.cli_options import add, jobs_flag, say
+from sglpatch.cli_options import add, jobs_flag, say
 from sglpatch.commands import apply, rebase, upstream, witness
 
 WITNESSING_VERBS = {"apply": apply, "witness": witness, "rebase": rebase, "upstream": upstream}

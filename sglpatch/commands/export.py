@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from sglpatch.commands import exitcodes
+from sglpatch import exitcodes
 from sglpatch.series import export
-from sglpatch.commands.cli_options import add, pin_version, say
+from sglpatch.cli_options import add, pin_version, say
 
 
 def register(sub) -> None:

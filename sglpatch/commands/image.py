@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from sglpatch.commands import exitcodes
+from sglpatch import exitcodes
 from sglpatch.plumbing import progress
-from sglpatch.commands.cli_options import add, pin_version, say
+from sglpatch.cli_options import add, pin_version, say
 
 
 def register(sub) -> None:

@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import asdict
 from pathlib import Path
 
-from sglpatch.commands import exitcodes
-from sglpatch.commands.cli_options import add, keep_record, emit_json, jobs_flag, json_flag, options_from, pin_version, rocm_options, say, witness_mode
+from sglpatch import exitcodes
+from sglpatch.cli_options import add, keep_record, emit_json, jobs_flag, json_flag, options_from, pin_version, rocm_options, say, witness_mode
 from sglpatch.plumbing.errors import SglpatchError
 
 

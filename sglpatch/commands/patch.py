@@ -4,8 +4,8 @@ and keep the renditions few."""
 from __future__ import annotations
 
 from sglpatch.series import authoring
-from sglpatch.commands import exitcodes
-from sglpatch.commands.cli_options import add, pin_version, say
+from sglpatch import exitcodes
+from sglpatch.cli_options import add, pin_version, say
 
 
 def register(sub) -> None:

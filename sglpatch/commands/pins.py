@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import asdict
 
-from sglpatch.commands import exitcodes
-from sglpatch.commands.cli_options import add, emit_json, json_flag, say
+from sglpatch import exitcodes
+from sglpatch.cli_options import add, emit_json, json_flag, say
 
 
 def register(sub) -> None:

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from sglpatch.commands import exitcodes
-from sglpatch.commands.cli_options import add, say
+from sglpatch import exitcodes
+from sglpatch.cli_options import add, say
 from sglpatch.serving.profile import load_profile
 
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from sglpatch.commands import exitcodes
-from sglpatch.commands.cli_options import add, say
+from sglpatch import exitcodes
+from sglpatch.cli_options import add, say
 from sglpatch.serving.quark_config import add_mtp_aliases
 
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from sglpatch.commands import exitcodes
-from sglpatch.commands.cli_options import add, emit_json, json_flag, say
+from sglpatch import exitcodes
+from sglpatch.cli_options import add, emit_json, json_flag, say
 from sglpatch.rebase.onto import rebase_onto
 
 

@@ -8,8 +8,8 @@ import sys
 
 from packaging.version import Version
 
-from sglpatch.commands import exitcodes
-from sglpatch.commands.cli_options import add, say
+from sglpatch import exitcodes
+from sglpatch.cli_options import add, say
 from sglpatch.plumbing.errors import SglpatchError
 
 

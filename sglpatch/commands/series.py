@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from sglpatch.commands import exitcodes
+from sglpatch import exitcodes
 from sglpatch.series import versions
-from sglpatch.commands.cli_options import add, say
+from sglpatch.cli_options import add, say
 
 
 def register(sub) -> None:

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from sglpatch.commands import exitcodes
+from sglpatch import exitcodes
 from sglpatch.upstream import suggest, suggest_write
-from sglpatch.commands.cli_options import add, say
+from sglpatch.cli_options import add, say
 
 
 def register(sub) -> None:

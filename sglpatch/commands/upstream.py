@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from sglpatch.commands import exitcodes
+from sglpatch import exitcodes
 from sglpatch.upstream import upstream_pr
 from sglpatch.series import versions
-from sglpatch.commands.cli_options import add, say
+from sglpatch.cli_options import add, say
 
 
 def register(sub) -> None:

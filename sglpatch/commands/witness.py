@@ -5,8 +5,8 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 
-from sglpatch.commands import exitcodes
-from sglpatch.commands.cli_options import add, emit_json, jobs_flag, json_flag, say, witness_mode
+from sglpatch import exitcodes
+from sglpatch.cli_options import add, emit_json, jobs_flag, json_flag, say, witness_mode
 from sglpatch.apply.apply_pins import apply_series
 from sglpatch.apply.report import render_witnesses
 
