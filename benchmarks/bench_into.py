@@ -26,9 +26,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from sglpatch.sources import pristine_tree  # noqa: E402
 from sglpatch.plumbing.processes import pip_env  # noqa: E402
 from sglpatch.plumbing.project import Project  # noqa: E402
+from sglpatch.sources import pristine_tree  # noqa: E402
 
 TARGET_S = 15.0
 TARGET_MB = 100.0

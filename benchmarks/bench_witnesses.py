@@ -33,10 +33,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from sglpatch.witnesses import probe_children, probe_runs  # noqa: E402
-from sglpatch.sources import pristine_tree  # noqa: E402
 from sglpatch.plumbing.project import Project  # noqa: E402
+from sglpatch.sources import pristine_tree  # noqa: E402
 from sglpatch.witnesses import mtp_exclude, rocm_flags  # noqa: E402
+from sglpatch.witnesses import probe_children, probe_runs  # noqa: E402
 
 DEFAULT_PINS = ("0.5.10", "0.5.14", "0.5.19", "0.5.23")
 

@@ -24,13 +24,13 @@ from pathlib import Path
 
 import pytest
 
-from sglpatch.plumbing import cache
-from sglpatch.sources import pristine_tree
 from sglpatch.apply.apply_pins import apply_series
 from sglpatch.apply.checkouts import checkout_commit
-from sglpatch.sources.pins import load_pins
+from sglpatch.plumbing import cache
 from sglpatch.plumbing.project import Project
 from sglpatch.series.patches import load_series
+from sglpatch.sources import pristine_tree
+from sglpatch.sources.pins import load_pins
 from sglpatch.witnesses import answer_cache, registry
 from sglpatch.witnesses.results import BUG, CLEAN, UNAVAILABLE, WitnessResult
 

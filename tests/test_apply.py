@@ -679,8 +679,8 @@ def test_a_rendition_made_on_another_pin_applies_three_way_from_that_pins_blobs_
 
 
 def test_without_a_covered_pin_to_lend_the_blobs_a_rendition_that_needs_three_way_is_a_conflict(fake_project, tmp_path):
-    from sglpatch.sources import pristine_tree
     from sglpatch.apply.one_pin import apply_pin
+    from sglpatch.sources import pristine_tree
 
     _pin_with_line_17_changed(fake_project)
     # Made on 0.1.0's file, but its Applies-To covers only 0.2.5: no pin it covers holds its blobs.

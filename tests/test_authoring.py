@@ -9,8 +9,8 @@ import subprocess
 import pytest
 
 from conftest import TextWitness, format_patch, git, pristine_subtree, tree_files
-from sglpatch.series import authoring, export
 from sglpatch.apply.apply_pins import apply_series
+from sglpatch.series import authoring, export
 
 EXAMPLE = "python/sglang/srt/layers/example.py"
 USER = ["-c", "user.name=Patch Writer", "-c", "user.email=writer@example.com"]

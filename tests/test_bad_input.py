@@ -17,11 +17,11 @@ import zipfile
 import pytest
 
 from conftest import REPO_ROOT
+from sglpatch.plumbing.errors import SglpatchError
 from sglpatch.series import lock
+from sglpatch.series.patches import series_entries
 from sglpatch.serving import profile
 from sglpatch.sources import pristine_tree
-from sglpatch.plumbing.errors import SglpatchError
-from sglpatch.series.patches import series_entries
 
 
 @pytest.mark.parametrize("entry", ["/etc/passwd", "../outside.patch", "sub/../../x.patch", "renditions/0001-x/0.5.19.patch"])

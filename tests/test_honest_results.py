@@ -10,15 +10,15 @@ import sys
 import pytest
 
 from conftest import BASE_FILES, REPO_ROOT, TextWitness, example_lines, format_patch, tree_files
-from sglpatch.plumbing import cache
 from sglpatch.matrix import plan
-from sglpatch.sources.pins import load_pins
+from sglpatch.matrix.records import PASSED, CellRecord, matrix_dir, write_record
+from sglpatch.plumbing import cache
 from sglpatch.plumbing.project import OUT_ENV, Project
 from sglpatch.rebase.onto import rebase_onto
 from sglpatch.rebase.report import RebaseReport
-from sglpatch.matrix.records import PASSED, CellRecord, matrix_dir, write_record
 from sglpatch.rocm import constants
 from sglpatch.rocm.options import RocmOptions, device_stamp
+from sglpatch.sources.pins import load_pins
 from sglpatch.witnesses import answer_cache
 
 RECORD_ENV = "SGLPATCH_STANDIN_RECORD"  # rocm_box.RECORD_ENV (the probes' own module, not importable here)
@@ -258,8 +258,8 @@ def test_the_matrix_table_marks_a_replayed_cell_and_counts_them():
 
 
 def _trial(fake_project, tmp_path, version="0.2.0"):
-    from sglpatch.sources import pristine_tree
     from sglpatch.rebase.trial import Trial
+    from sglpatch.sources import pristine_tree
 
     pin = load_pins(fake_project.root / "upstream" / "pins.toml").select([version])[0]
     scratch = tmp_path / "trial"
@@ -314,8 +314,8 @@ def test_leaving_out_a_release_inside_a_range_splits_the_range_around_it(fake_pr
 
 def test_a_rendition_committed_on_the_left_out_release_alone_is_made_again_from_a_neighbours_locked_commit(
         fake_project, tmp_path):
-    from sglpatch.rebase.leave_one_out import leave_out
     from sglpatch.apply.apply_pins import apply_series
+    from sglpatch.rebase.leave_one_out import leave_out
 
     # 0.2.5 already holds the fix (the main file reverse-applies there: not needed), so among the
     # main file's pins only 0.2.0 commits it: its text was made for 0.2.0.

@@ -10,11 +10,11 @@ import sys
 import pytest
 
 from conftest import THREE_WAY_CHANGED, THREE_WAY_EXAMPLE, format_patch, git, tree_files
+from sglpatch.apply.apply_pins import apply_series
+from sglpatch.apply.into import apply_into, checkout_version, locked_proof
+from sglpatch.plumbing.errors import SglpatchError
 from sglpatch.sources import pristine_tree
 from sglpatch.witnesses import answer_cache
-from sglpatch.plumbing.errors import SglpatchError
-from sglpatch.apply.into import apply_into, checkout_version, locked_proof
-from sglpatch.apply.apply_pins import apply_series
 
 KERNEL = "python/sglang/jit_kernel/csrc/kernel.cuh"
 EXAMPLE = "python/sglang/srt/layers/example.py"

@@ -13,16 +13,16 @@ from pathlib import Path
 import pytest
 
 from conftest import REAL_PINS, REPO_ROOT, pristine_subtree, skip_unless_required
+from sglpatch.apply.pin_under_test import prepare_pin
+from sglpatch.cli import main
 from sglpatch.matrix.cells import CHECKS, Cell, DEPTHS, PROFILE, TIERS, cells as matrix_cells
 from sglpatch.matrix.cpu import run_cpu_cell
 from sglpatch.matrix.cpu_checks import spec_scenarios, synthetic_checkpoint_part
 from sglpatch.matrix.kernels import multi_step_kernel_threshold
-from sglpatch.cli import main
-from sglpatch.sources.pins import load_pins
-from sglpatch.serving.profile import load_profile
-from sglpatch.matrix.table import render_markdown
-from sglpatch.apply.pin_under_test import prepare_pin
 from sglpatch.matrix.records import FAILED, PARTIAL, PASSED, SKIPPED, CellRecord, Part, combine, read_records, write_record
+from sglpatch.matrix.table import render_markdown
+from sglpatch.serving.profile import load_profile
+from sglpatch.sources.pins import load_pins
 
 PINS = load_pins(REPO_ROOT / "upstream" / "pins.toml")
 GUARD_FIXED_UPSTREAM = "0.5.15"
@@ -281,9 +281,9 @@ def test_the_checkpoint_part_cannot_pass_when_a_module_it_checks_is_missing_from
 def test_a_cpu_cells_key_follows_the_toolchain_the_profile_and_the_built_environment(monkeypatch):
     from types import SimpleNamespace
 
-    from sglpatch.witnesses import cpu_envs
     from sglpatch.matrix import cpu
     from sglpatch.matrix.cells import Cell
+    from sglpatch.witnesses import cpu_envs
     from sglpatch.witnesses import rocm_guard
 
     put = SimpleNamespace(pin=REAL_PINS.newest, patched_tree="p" * 40, pristine_tree="q" * 40)

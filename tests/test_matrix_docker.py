@@ -25,11 +25,11 @@ import pytest
 
 from conftest import AUTHOR_ENV, REPO_ROOT, git
 from docker_engine import EngineCannotStart, host_python, local_engine, standin_base_image
-from sglpatch.matrix.cells import Cell
-from sglpatch.matrix import job_plan, plan, rocm_judge
 from sglpatch.apply.pin_under_test import prepare_pin
-from sglpatch.plumbing.project import Project
+from sglpatch.matrix import job_plan, plan, rocm_judge
+from sglpatch.matrix.cells import Cell
 from sglpatch.matrix.records import FAILED, PASSED, SKIPPED
+from sglpatch.plumbing.project import Project
 from sglpatch.rocm import constants, containers, image
 from sglpatch.rocm.job import run_job, run_rocm_cell
 from sglpatch.rocm.options import RocmOptions

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from sglpatch.matrix.cells import Cell, DEPTHS
 from sglpatch.matrix import job_plan, rocm_judge
+from sglpatch.matrix.cells import Cell, DEPTHS
 from sglpatch.matrix.records import FAILED, PASSED, CellRecord
 from sglpatch.rocm import constants, containers, image
 from sglpatch.rocm.containers import ContainerRun

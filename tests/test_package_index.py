@@ -18,10 +18,10 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO_ROOT
-from sglpatch.sources import package_index as index
-from sglpatch.sources import index_listing
-from sglpatch.plumbing.errors import SglpatchError
 from sglpatch.apply.apply_pins import apply_series
+from sglpatch.plumbing.errors import SglpatchError
+from sglpatch.sources import index_listing
+from sglpatch.sources import package_index as index
 
 def _simple_index(folder, artifacts):
     """A PEP 503 index on disk, as a mirror (devpi, a file:// mirror) serves it."""

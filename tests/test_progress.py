@@ -9,8 +9,8 @@ import sys
 
 import pytest
 
-from sglpatch.plumbing import progress
 from sglpatch.apply.apply_pins import apply_series
+from sglpatch.plumbing import progress
 
 
 class _Terminal(io.StringIO):

@@ -10,10 +10,10 @@ import pytest
 from packaging.version import Version
 
 from conftest import REPO_ROOT, git
-from sglpatch.sources import index_listing, pristine_tree
-from sglpatch.sources.pins import load_pins
 from sglpatch.apply.apply_pins import apply_series
 from sglpatch.series.patches import load_series
+from sglpatch.sources import index_listing, pristine_tree
+from sglpatch.sources.pins import load_pins
 from sglpatch.upstream.watch import index_releases
 
 PINS = load_pins(REPO_ROOT / "upstream" / "pins.toml")

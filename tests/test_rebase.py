@@ -15,14 +15,14 @@ import pytest
 from conftest import BASE_FILES, REPO_ROOT, TextWitness, example_lines, format_patch, make_wheel, pin_entry, tree_files
 from sglpatch.apply import staged
 from sglpatch.plumbing.errors import SglpatchError
-from sglpatch.series.lock import read_lock
-from sglpatch.sources.pins import load_pins
 from sglpatch.plumbing.project import Project
-from sglpatch.rebase.onto import rebase_onto
 from sglpatch.rebase.hand_port import refresh_hand_port
+from sglpatch.rebase.onto import rebase_onto
 from sglpatch.rebase.report import RebaseOutcome, RebaseReport
 from sglpatch.rebase.trial import Trial, candidates
+from sglpatch.series.lock import read_lock
 from sglpatch.series.patches import load_series, spec_for
+from sglpatch.sources.pins import load_pins
 from sglpatch.witnesses import registry
 from sglpatch.witnesses.results import BUG, CLEAN, WitnessResult
 

@@ -7,9 +7,9 @@ import subprocess
 import pytest
 
 from conftest import format_patch, tree_files
-from sglpatch.series.check import check_series
-from sglpatch.plumbing.errors import SglpatchError
 from sglpatch.apply.apply_pins import apply_series
+from sglpatch.plumbing.errors import SglpatchError
+from sglpatch.series.check import check_series
 from sglpatch.series.patches import load_series, parse_patch_file
 
 EXAMPLE = "python/sglang/srt/layers/example.py"

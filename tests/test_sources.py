@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from conftest import BASE_FILES, git, make_sdist, make_wheel, pin_entry, sha256
-from sglpatch.sources import pristine_tree
 from sglpatch.plumbing.errors import SglpatchError
+from sglpatch.sources import pristine_tree
 from sglpatch.sources.pins import load_pins
 
 

@@ -9,11 +9,11 @@ import pytest
 
 from conftest import BASE_FILES, format_patch, git, make_wheel, pin_entry, tree_files
 from sglpatch import cli
-from sglpatch.upstream import suggest, suggest_write
+from sglpatch.apply.apply_pins import apply_series
 from sglpatch.plumbing.errors import SglpatchError
 from sglpatch.series.lock import read_lock
-from sglpatch.apply.apply_pins import apply_series
 from sglpatch.series.patches import parse_patch_file
+from sglpatch.upstream import suggest, suggest_write
 
 KERNEL = "python/sglang/jit_kernel/csrc/kernel.cuh"
 

@@ -10,9 +10,9 @@ import re
 import pytest
 
 from conftest import REAL_PINS, REPO_ROOT, git
+from sglpatch.plumbing.project import Project
 from sglpatch.sources import pristine_tree
 from sglpatch.upstream import upstream_pr
-from sglpatch.plumbing.project import Project
 
 pytestmark = pytest.mark.network
 GLM = "python/sglang/srt/models/glm4_moe.py"

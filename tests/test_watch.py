@@ -22,10 +22,10 @@ import pytest
 from conftest import BASE_FILES, REPO_ROOT, TextWitness, example_lines, format_patch, git, make_wheel, tree_files
 from sglpatch import cli
 from sglpatch.plumbing import cache
-from sglpatch.sources import pristine_tree
-from sglpatch.upstream import watch
 from sglpatch.plumbing.errors import SglpatchError
+from sglpatch.sources import pristine_tree
 from sglpatch.sources.pins import load_pins
+from sglpatch.upstream import watch
 from sglpatch.witnesses import registry
 
 EXAMPLE = "python/sglang/srt/layers/example.py"

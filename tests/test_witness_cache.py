@@ -11,8 +11,8 @@ import threading
 import pytest
 
 from conftest import REAL_PINS
-from sglpatch.witnesses import cpu_envs, probe_children, probe_runs
 from sglpatch.witnesses import answer_cache, mtp_exclude, probing, rocm_flags
+from sglpatch.witnesses import cpu_envs, probe_children, probe_runs
 from sglpatch.witnesses.results import BUG, CLEAN, UNAVAILABLE, WitnessResult
 
 PIN = REAL_PINS.newest

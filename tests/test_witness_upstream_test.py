@@ -269,8 +269,8 @@ def test_a_new_fix_with_only_a_test_is_witnessed_locked_and_exported(project_cop
 
 def test_the_tests_go_into_the_pull_requests_tree_at_their_upstream_paths(fake_project, tmp_path):
     from conftest import git
-    from sglpatch.plumbing.gitcmd import run_git
     from sglpatch.apply.index_apply import add_tests_to_index, apply_to_index
+    from sglpatch.plumbing.gitcmd import run_git
 
     project = _project_with_tests(fake_project, tmp_path, GOOD_TEST)
     patch = project.series().patches[0]

@@ -8,13 +8,13 @@ import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from sglpatch.plumbing import cache, progress, workers
-from sglpatch.witnesses import cpu_envs
-from sglpatch.sources import pristine_tree
 from sglpatch.apply.one_pin import PinResult, apply_pin
+from sglpatch.plumbing import cache, progress, workers
 from sglpatch.plumbing.errors import SglpatchError
 from sglpatch.plumbing.project import Project
+from sglpatch.sources import pristine_tree
 from sglpatch.upstream.suggest import Suggestion, status_suggestions
+from sglpatch.witnesses import cpu_envs
 
 
 @dataclass

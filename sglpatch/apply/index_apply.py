@@ -22,11 +22,11 @@ from pathlib import Path
 import unidiff
 from packaging.version import Version
 
-from sglpatch.series import diffs
-from sglpatch.sources import pristine_tree
 from sglpatch.plumbing.gitcmd import commit_env, git_out, run_git
-from sglpatch.sources.pins import Pin
+from sglpatch.series import diffs
 from sglpatch.series.patches import RENDITIONS_DIR, PatchFile
+from sglpatch.sources import pristine_tree
+from sglpatch.sources.pins import Pin
 
 _OFFSET_RE = re.compile(r"Hunk #(\d+) succeeded at (\d+) \(offset (-?\d+) lines?\)")
 _FAILED_AT_RE = re.compile(r"error: patch failed: (.+):(\d+)")

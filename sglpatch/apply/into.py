@@ -38,18 +38,18 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from sglpatch.apply.apply_pins import apply_series
+from sglpatch.apply.index_apply import commit_patch, display_name, made_on, three_way_to_index
+from sglpatch.apply.outcomes import APPLIED_STATES, FAILURES, Outcome
 from sglpatch.plumbing import cache
-from sglpatch.series import diffs
-from sglpatch.sources import pristine_tree
-from sglpatch.series.authoring import applied_renditions
 from sglpatch.plumbing.errors import SglpatchError
 from sglpatch.plumbing.gitcmd import borrow_objects, git_out, run_git
-from sglpatch.apply.index_apply import commit_patch, display_name, made_on, three_way_to_index
-from sglpatch.series.lock import read_lock
-from sglpatch.apply.outcomes import APPLIED_STATES, FAILURES, Outcome
 from sglpatch.plumbing.processes import run_tool, user_git_env
-from sglpatch.apply.apply_pins import apply_series
+from sglpatch.series import diffs
+from sglpatch.series.authoring import applied_renditions
+from sglpatch.series.lock import read_lock
 from sglpatch.series.patches import PatchFile
+from sglpatch.sources import pristine_tree
 
 USER_GIT_TIMEOUT_S = 300
 _LEVEL = re.compile(r"\[[^\]]+\]")  # the level a witness answer ran at, as WitnessResult.summary shows it

@@ -20,21 +20,21 @@ import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from sglpatch.apply.checkouts import Checkouts, tree_modes
 from sglpatch.plumbing import cache, progress
+from sglpatch.plumbing import gitcmd
+from sglpatch.plumbing.errors import SglpatchError
+from sglpatch.plumbing.gitcmd import git_out, run_git
 from sglpatch.series import diffs
 from sglpatch.series.check import patch_problems
-from sglpatch.apply.checkouts import Checkouts, tree_modes
-from sglpatch.plumbing.errors import SglpatchError
-from sglpatch.plumbing import gitcmd
-from sglpatch.plumbing.gitcmd import git_out, run_git
 from sglpatch.apply.index_apply import (apply_to_index, check_exact, commit_patch, conflict_detail, display_name, made_on,
                                   reverse_applies, three_way_to_index)
-from sglpatch.series.lock import check_entry, compare_entry, unchecked_verdicts
 from sglpatch.apply.outcomes import FAILURES, Outcome
-from sglpatch.sources.pins import Pin
-from sglpatch.series.patches import PatchFile, Series
-from sglpatch.sources.pristine_tree import Pristine
 from sglpatch.apply.tree_repo import check_clean, clear_leftovers, ensure_tree_repo, move_branch, on_branch_at, refuse_to_lose_work
+from sglpatch.series.lock import check_entry, compare_entry, unchecked_verdicts
+from sglpatch.series.patches import PatchFile, Series
+from sglpatch.sources.pins import Pin
+from sglpatch.sources.pristine_tree import Pristine
 from sglpatch.witnesses import answer_cache, registry
 from sglpatch.witnesses.results import BUG, CLEAN, UNAVAILABLE, WitnessResult
 

@@ -9,17 +9,17 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from sglpatch.plumbing import cache
-from sglpatch.series import diffs
-from sglpatch.apply.one_pin import PinResult
+from sglpatch.apply.apply_pins import apply_series
 from sglpatch.apply.checkouts import checkout_commit
+from sglpatch.apply.one_pin import PinResult
+from sglpatch.apply.outcomes import Outcome
+from sglpatch.matrix.records import matrix_dir
+from sglpatch.plumbing import cache
 from sglpatch.plumbing.errors import SglpatchError
 from sglpatch.plumbing.gitcmd import git_out
-from sglpatch.apply.outcomes import Outcome
-from sglpatch.sources.pins import Pin
-from sglpatch.apply.apply_pins import apply_series
 from sglpatch.plumbing.project import Project
-from sglpatch.matrix.records import matrix_dir
+from sglpatch.series import diffs
+from sglpatch.sources.pins import Pin
 
 
 @dataclass

@@ -11,11 +11,11 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from sglpatch.series.check import check_series
-from sglpatch.plumbing.errors import SglpatchError
-from sglpatch.series.lock import LOCK_FILE
 from sglpatch.apply.apply_pins import apply_series
+from sglpatch.plumbing.errors import SglpatchError
 from sglpatch.plumbing.project import Project
+from sglpatch.series.check import check_series
+from sglpatch.series.lock import LOCK_FILE
 
 
 def write_staged(project, changes: dict[Path, bytes | None], pins_to_apply: list[str], verify=None) -> None:

@@ -5,10 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from sglpatch import exitcodes
-from sglpatch.cli_options import add, emit_json, jobs_flag, json_flag, say, witness_mode
-from sglpatch.plumbing.errors import SglpatchError
 from sglpatch.apply.apply_pins import apply_series
 from sglpatch.apply.report import render_apply
+from sglpatch.cli_options import add, emit_json, jobs_flag, json_flag, say, witness_mode
+from sglpatch.plumbing.errors import SglpatchError
 
 
 def register(sub) -> None:

@@ -36,8 +36,8 @@ def register(sub) -> None:
 
 
 def run_bench(project, args) -> int:
-    from sglpatch.matrix import records as results
     from sglpatch.bench import on_rocm_node
+    from sglpatch.matrix import records as results
     from sglpatch.plumbing.cache import write_atomically
 
     records = on_rocm_node.run_bench(project, args.pin.removeprefix("v"), args.workload, options_from(args), pristine=args.pristine)
@@ -55,8 +55,8 @@ def run_bench(project, args) -> int:
 
 
 def run_accuracy(project, args) -> int:
-    from sglpatch.matrix import records as results
     from sglpatch.bench import on_rocm_node
+    from sglpatch.matrix import records as results
 
     record = on_rocm_node.run_accuracy(project, args.pin.removeprefix("v"), options_from(args))
     say(args, f"accuracy on sglang {record.pin}: {record.outcome}")

@@ -6,9 +6,9 @@ import argparse
 import json
 
 from sglpatch import exitcodes
-from sglpatch.witnesses import probe_runs
 from sglpatch.cli_options import add, jobs_flag, say
 from sglpatch.commands import apply, rebase, upstream, witness
+from sglpatch.witnesses import probe_runs
 
 WITNESSING_VERBS = {"apply": apply, "witness": witness, "rebase": rebase, "upstream": upstream}
 

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from sglpatch import exitcodes
-from sglpatch.sources import pristine_tree
 from sglpatch.cli_options import add, say
+from sglpatch.sources import pristine_tree
 
 
 def register(sub) -> None:

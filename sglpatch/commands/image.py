@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from sglpatch import exitcodes
-from sglpatch.plumbing import progress
 from sglpatch.cli_options import add, pin_version, say
+from sglpatch.plumbing import progress
 
 
 def register(sub) -> None:

@@ -53,9 +53,9 @@ def register(sub) -> None:
 
 
 def run_cell(project, args) -> int:
+    from sglpatch.matrix import records as results
     from sglpatch.matrix.cells import Cell
     from sglpatch.matrix.cpu import run_cpu_cell
-    from sglpatch.matrix import records as results
 
     cell = Cell(args.tier, args.check, args.pin.removeprefix("v"), args.depth)
     if args.tier == "cpu":
@@ -114,8 +114,8 @@ def run_cells(project, args) -> int:
 
 def run_report(project, args) -> int:
     from sglpatch.matrix import records as results
-    from sglpatch.plumbing.cache import write_atomically
     from sglpatch.matrix.table import render_markdown
+    from sglpatch.plumbing.cache import write_atomically
 
     folder = args.records or project.build_dir / "matrix" / "records"
     table = render_markdown(results.read_records(folder))
@@ -130,8 +130,8 @@ def run_job(project, args) -> int:
     import json
 
     from sglpatch.matrix import records as results
-    from sglpatch.plumbing.cache import write_atomically
     from sglpatch.matrix.job_plan import items_for
+    from sglpatch.plumbing.cache import write_atomically
     from sglpatch.rocm.job import run_job
 
     version = pin_version(project, args.pin)
@@ -151,8 +151,8 @@ def run_job(project, args) -> int:
 
 
 def run_plan(project, args) -> int:
-    from sglpatch.plumbing.cache import write_atomically
     from sglpatch.matrix import plan, workflow
+    from sglpatch.plumbing.cache import write_atomically
 
     if args.write_workflow:
         write_atomically(args.write_workflow, workflow.workflow_yaml())

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from sglpatch import exitcodes
-from sglpatch.series import versions
 from sglpatch.cli_options import add, say
+from sglpatch.series import versions
 
 
 def register(sub) -> None:

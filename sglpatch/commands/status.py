@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from sglpatch import exitcodes
-from sglpatch.upstream import suggest, suggest_write
 from sglpatch.cli_options import add, say
+from sglpatch.upstream import suggest, suggest_write
 
 
 def register(sub) -> None:

@@ -5,9 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from sglpatch import exitcodes
-from sglpatch.upstream import upstream_pr
-from sglpatch.series import versions
 from sglpatch.cli_options import add, say
+from sglpatch.series import versions
+from sglpatch.upstream import upstream_pr
 
 
 def register(sub) -> None:

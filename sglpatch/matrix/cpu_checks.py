@@ -12,17 +12,17 @@ import json
 import tempfile
 from pathlib import Path
 
-from sglpatch.plumbing import cache
-from sglpatch.witnesses import cpu_envs, probe_children, probe_runs
-from sglpatch.plumbing.errors import SglpatchError, Unavailable
-from sglpatch.plumbing.gitcmd import git_out
+from sglpatch.apply.pin_under_test import PinUnderTest, checkout
 from sglpatch.matrix.cells import DEPTHS, PROFILE, depth_argv, depth_flags
 from sglpatch.matrix.kernels import kernel_parts, kernel_sources, multi_step_kernel_threshold, witness_part
-from sglpatch.apply.pin_under_test import PinUnderTest, checkout
-from sglpatch.sources.pins import Pin
-from sglpatch.serving.profile import Profile, load_profile
 from sglpatch.matrix.records import FAILED, PASSED, SKIPPED, CellRecord, Part
+from sglpatch.plumbing import cache
+from sglpatch.plumbing.errors import SglpatchError, Unavailable
+from sglpatch.plumbing.gitcmd import git_out
+from sglpatch.serving.profile import Profile, load_profile
+from sglpatch.sources.pins import Pin
 from sglpatch.witnesses import answer_cache, mtp_exclude, rocm_flags
+from sglpatch.witnesses import cpu_envs, probe_children, probe_runs
 from sglpatch.witnesses.results import CLEAN
 
 

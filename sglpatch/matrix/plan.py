@@ -37,10 +37,10 @@ from packaging.version import Version
 
 from sglpatch.matrix import job_plan
 from sglpatch.plumbing.processes import user_git_env
-from sglpatch.serving.profile import load_profile
 from sglpatch.plumbing.project import Project
 from sglpatch.rocm.constants import ROCM_GPU
 from sglpatch.rocm.profiles import PROFILES, variants
+from sglpatch.serving.profile import load_profile
 
 EVENTS = ("pr", "nightly", "weekly")
 DEFAULT_RUNNER = ["self-hosted", "linux-mi35x-gpu-8"]

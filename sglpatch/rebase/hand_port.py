@@ -9,9 +9,9 @@ import json
 import shutil
 from pathlib import Path
 
+from sglpatch.apply.index_apply import commit_patch
 from sglpatch.plumbing.errors import SglpatchError
 from sglpatch.plumbing.gitcmd import git_out, run_git
-from sglpatch.apply.index_apply import commit_patch
 from sglpatch.rebase.merge_tools import FIXED_COMMIT_ENV
 from sglpatch.rebase.patch import with_message_of
 from sglpatch.rebase.report import RebaseOutcome

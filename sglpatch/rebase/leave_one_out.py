@@ -26,16 +26,16 @@ from pathlib import Path
 
 from packaging.version import Version
 
-from sglpatch.plumbing.errors import SglpatchError
 from sglpatch.apply.index_apply import commit_as_patch
 from sglpatch.apply.into import locked_series
-from sglpatch.series.lock import LOCK_FILE, read_lock
 from sglpatch.apply.outcomes import APPLIED_STATES, CLASSIFIED
-from sglpatch.sources.pins import load_pins, without_pin
+from sglpatch.plumbing.errors import SglpatchError
 from sglpatch.plumbing.project import Project
 from sglpatch.rebase.onto import rebase_onto
 from sglpatch.rebase.patch import with_message_of
+from sglpatch.series.lock import LOCK_FILE, read_lock
 from sglpatch.series.patches import RENDITIONS_DIR, load_series, newest_in_main, set_trailers, spec_for
+from sglpatch.sources.pins import load_pins, without_pin
 
 
 def leave_out(source_root: Path, version: str, dest: Path) -> dict:

@@ -32,9 +32,9 @@ from pathlib import Path
 
 import unidiff
 
+from sglpatch.apply.index_apply import reverse_applies
 from sglpatch.plumbing.errors import SglpatchError
 from sglpatch.plumbing.gitcmd import IDENTITY_EMAIL, IDENTITY_NAME, commit_env, git_out, run_git
-from sglpatch.apply.index_apply import reverse_applies
 from sglpatch.plumbing.processes import declared_env, run_tool
 
 # Commits of the trial history only, under one identity and date, so their hashes reproduce.

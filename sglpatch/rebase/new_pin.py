@@ -11,8 +11,8 @@ import zipfile
 from dataclasses import asdict
 from pathlib import Path
 
-from sglpatch.sources import index_listing, pristine_tree
 from sglpatch.plumbing.errors import SglpatchError
+from sglpatch.sources import index_listing, pristine_tree
 from sglpatch.sources.pins import Pin
 
 

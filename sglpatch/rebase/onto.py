@@ -53,21 +53,21 @@ from pathlib import Path
 
 from packaging.version import Version
 
-from sglpatch.sources import pristine_tree
+from sglpatch.apply.outcomes import APPLIED_STATES, Outcome
+from sglpatch.apply.staged import write_staged
+from sglpatch.matrix.cpu import run_cpu_tier
+from sglpatch.matrix.records import PASSED, CellRecord
 from sglpatch.plumbing.errors import SglpatchError
 from sglpatch.plumbing.gitcmd import git_out
-from sglpatch.series.lock import LOCK_FILE
-from sglpatch.matrix.cpu import run_cpu_tier
-from sglpatch.apply.outcomes import APPLIED_STATES, Outcome
-from sglpatch.sources.pins import with_pin
-from sglpatch.matrix.records import PASSED, CellRecord
 from sglpatch.rebase.hand_port import prepare_hand_port
 from sglpatch.rebase.new_pin import new_pin
 from sglpatch.rebase.patch import Writes, rebase_patch
 from sglpatch.rebase.report import RebaseReport
 from sglpatch.rebase.trial import Trial
+from sglpatch.series.lock import LOCK_FILE
 from sglpatch.series.patches import RENDITIONS_DIR, newest_in_main
-from sglpatch.apply.staged import write_staged
+from sglpatch.sources import pristine_tree
+from sglpatch.sources.pins import with_pin
 
 # What ``apply`` must then say on the release for each verdict, or nothing is written.
 _APPLY_AGREES = {

@@ -10,15 +10,15 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from sglpatch.sources import pristine_tree
 from sglpatch.apply.checkouts import checkout_commit
-from sglpatch.plumbing.gitcmd import git_out
 from sglpatch.apply.outcomes import Outcome
-from sglpatch.sources.pins import Pin
+from sglpatch.plumbing.gitcmd import git_out
 from sglpatch.rebase import merge_tools, moved_definitions
 from sglpatch.rebase.report import Attempt, RebaseOutcome
 from sglpatch.rebase.trial import Trial, candidates
 from sglpatch.series.patches import RENDITIONS_DIR, PatchFile, SeriesPatch, set_trailers, spec_for
+from sglpatch.sources import pristine_tree
+from sglpatch.sources.pins import Pin
 from sglpatch.witnesses import answer_cache, registry
 from sglpatch.witnesses.results import CLEAN, UNAVAILABLE
 

@@ -17,13 +17,13 @@ from pathlib import Path
 
 from packaging.version import Version
 
-from sglpatch.sources import pristine_tree
-from sglpatch.plumbing.gitcmd import borrow_objects, git_out, run_git
 from sglpatch.apply.index_apply import made_on, three_way_to_index
-from sglpatch.series.lock import read_lock
 from sglpatch.apply.outcomes import APPLIED_STATES
-from sglpatch.sources.pins import Pin
+from sglpatch.plumbing.gitcmd import borrow_objects, git_out, run_git
+from sglpatch.series.lock import read_lock
 from sglpatch.series.patches import PatchFile, SeriesPatch
+from sglpatch.sources import pristine_tree
+from sglpatch.sources.pins import Pin
 
 
 

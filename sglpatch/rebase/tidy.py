@@ -28,12 +28,12 @@ from pathlib import Path
 
 from packaging.version import Version
 
+from sglpatch.apply.staged import write_staged
 from sglpatch.plumbing.errors import SglpatchError
-from sglpatch.series.lock import LOCK_FILE
 from sglpatch.plumbing.project import Project
 from sglpatch.rebase.redundant import Reproduced, reproduced_renditions
+from sglpatch.series.lock import LOCK_FILE
 from sglpatch.series.patches import covered_by, newest_in_main, set_trailers, spec_for
-from sglpatch.apply.staged import write_staged
 
 
 @dataclass

@@ -13,18 +13,18 @@ from pathlib import Path
 
 from packaging.version import Version
 
-from sglpatch.witnesses import probe_runs
-from sglpatch.sources import pristine_tree
 from sglpatch.apply.checkouts import checkout_commit
-from sglpatch.series.diffs import parse_diff
+from sglpatch.apply.index_apply import apply_to_index, check_exact, commit_patch, conflict_detail, display_name, reverse_applies
 from sglpatch.plumbing.errors import Unavailable
 from sglpatch.plumbing.gitcmd import borrow_objects, git_out, run_git
-from sglpatch.apply.index_apply import apply_to_index, check_exact, commit_patch, conflict_detail, display_name, reverse_applies
-from sglpatch.sources.pins import Pin
 from sglpatch.rebase import judge as judging
 from sglpatch.rebase import merge_tools
+from sglpatch.series.diffs import parse_diff
 from sglpatch.series.patches import PatchFile, SeriesPatch
+from sglpatch.sources import pristine_tree
+from sglpatch.sources.pins import Pin
 from sglpatch.witnesses import answer_cache, mtp_exclude
+from sglpatch.witnesses import probe_runs
 from sglpatch.witnesses.results import CLEAN, WitnessResult
 
 IMPORT_SMOKE_LIMIT_S = 300

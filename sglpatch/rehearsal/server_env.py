@@ -19,8 +19,8 @@ import json
 from pathlib import Path
 
 from sglpatch.plumbing import cache
-from sglpatch.witnesses import cpu_envs, probe_runs
 from sglpatch.sources.pins import Pin
+from sglpatch.witnesses import cpu_envs, probe_runs
 
 REQUIREMENTS = Path(__file__).parent / "requirements-server.txt"
 LAYOUT = "sglpatch-server-env-1"  # bump when the way the layers are put together changes

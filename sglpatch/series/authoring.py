@@ -24,16 +24,16 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from sglpatch.apply.apply_pins import apply_series
+from sglpatch.apply.outcomes import APPLIED_STATES
+from sglpatch.apply.tree_repo import BRANCH
 from sglpatch.plumbing import cache
-from sglpatch.series.check import check_series
 from sglpatch.plumbing.errors import SglpatchError
 from sglpatch.plumbing.gitcmd import git_out, run_git
+from sglpatch.series.check import check_series
 from sglpatch.series.lock import read_lock
-from sglpatch.apply.outcomes import APPLIED_STATES
-from sglpatch.apply.apply_pins import apply_series
 from sglpatch.series.patches import RENDITIONS_DIR, SERIES_FILE, PatchFile, series_entries
 from sglpatch.sources.pristine_tree import PRISTINE_REF
-from sglpatch.apply.tree_repo import BRANCH
 
 REFRESHED_REFS = "refs/sglpatch/refreshed/"
 _NUMBER_RE = re.compile(r"^(\d{4})-")

@@ -8,8 +8,8 @@ from pathlib import Path
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import Version
 
-from sglpatch.series import diffs
 from sglpatch.plumbing.errors import SglpatchError
+from sglpatch.series import diffs
 from sglpatch.sources.pins import Pins
 from sglpatch.series.patches import (
     CHANGELOG_FILE,

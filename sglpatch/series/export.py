@@ -7,10 +7,10 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from sglpatch.plumbing import cache
-from sglpatch.plumbing.errors import SglpatchError
 from sglpatch.apply.index_apply import commit_as_patch
 from sglpatch.apply.into import locked_series
+from sglpatch.plumbing import cache
+from sglpatch.plumbing.errors import SglpatchError
 
 
 def locked_patches(project, version: str) -> list[tuple[str, bytes]]:

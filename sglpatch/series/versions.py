@@ -13,12 +13,12 @@ import re
 import tempfile
 from pathlib import Path
 
-from sglpatch.plumbing import cache
-from sglpatch.sources import pristine_tree
 from sglpatch.apply.one_pin import apply_pin
+from sglpatch.plumbing import cache
 from sglpatch.plumbing.errors import SglpatchError
 from sglpatch.plumbing.gitcmd import git_out, run_git
 from sglpatch.series.patches import CHANGELOG_FILE, load_series, series_version
+from sglpatch.sources import pristine_tree
 
 _UNMATCHED_OLD = re.compile(r"^\s*(\d+):\s+[0-9a-f]+\s+<\s+-:\s+-+\s+(.*)$")
 _UNMATCHED_NEW = re.compile(r"^\s*-:\s+-+\s+>\s+(\d+):\s+[0-9a-f]+\s+(.*)$")

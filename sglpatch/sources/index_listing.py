@@ -9,8 +9,8 @@ import hashlib
 import json
 from pathlib import Path
 
-from sglpatch.sources import package_index
 from sglpatch.plumbing.errors import SglpatchError
+from sglpatch.sources import package_index
 from sglpatch.sources.package_index import IndexConfig
 
 

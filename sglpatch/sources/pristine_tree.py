@@ -23,11 +23,11 @@ from datetime import datetime
 from pathlib import Path, PurePosixPath
 
 from sglpatch.plumbing import cache, progress
-from sglpatch.sources import index_listing, package_index
-from sglpatch.sources.package_index import IndexConfig
 from sglpatch.plumbing.errors import SglpatchError
-from sglpatch.sources.index_listing import file_sha256
 from sglpatch.plumbing.gitcmd import IDENTITY_EMAIL, IDENTITY_NAME, git_out, run_git
+from sglpatch.sources import index_listing, package_index
+from sglpatch.sources.index_listing import file_sha256
+from sglpatch.sources.package_index import IndexConfig
 from sglpatch.sources.pins import Pin
 
 PRISTINE_REF = "refs/heads/pristine"

@@ -15,8 +15,8 @@ from pathlib import Path
 from packaging.version import Version
 
 from sglpatch.apply.one_pin import PinResult
-from sglpatch.plumbing.errors import SglpatchError
 from sglpatch.apply.outcomes import Outcome
+from sglpatch.plumbing.errors import SglpatchError
 from sglpatch.series.patches import Series, message_trailers, set_trailers
 
 UNSETTLED = ("Pending", "Submitted")

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from sglpatch.plumbing.errors import SglpatchError
 from sglpatch.apply.staged import write_staged
+from sglpatch.plumbing.errors import SglpatchError
 from sglpatch.upstream.suggest import Suggestion, with_trailers
 
 

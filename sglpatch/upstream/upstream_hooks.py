@@ -16,8 +16,8 @@ import venv
 from dataclasses import dataclass
 from pathlib import Path
 
-from sglpatch.plumbing import cache
 from sglpatch.apply.checkouts import checkout_commit
+from sglpatch.plumbing import cache
 from sglpatch.plumbing.errors import SglpatchError
 from sglpatch.plumbing.gitcmd import git_out
 from sglpatch.plumbing.processes import declared_env, pip_env, run_tool

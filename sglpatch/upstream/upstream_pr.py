@@ -22,11 +22,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
 
-from sglpatch.sources import pristine_tree
-from sglpatch.upstream import upstream_body, upstream_hooks, upstream_split
 from sglpatch.apply.checkouts import checkout_commit
 from sglpatch.plumbing.errors import SglpatchError
 from sglpatch.plumbing.gitcmd import IDENTITY_EMAIL, IDENTITY_NAME, git_out, run_git
+from sglpatch.sources import pristine_tree
+from sglpatch.upstream import upstream_body, upstream_hooks, upstream_split
 from sglpatch.apply.index_apply import (
     add_tests_to_index,
     apply_to_index,
@@ -37,12 +37,12 @@ from sglpatch.apply.index_apply import (
     three_way_to_index,
 )
 from sglpatch.apply.outcomes import Outcome
+from sglpatch.apply.tree_repo import ensure_tree_repo
 from sglpatch.plumbing.processes import run_tool, user_git_env
 from sglpatch.rebase.hand_port import prepare_hand_port
 from sglpatch.rebase.patch import Writes, rebase_patch
 from sglpatch.rebase.trial import Trial
 from sglpatch.series.patches import METADATA_TRAILERS, PatchFile, SeriesPatch
-from sglpatch.apply.tree_repo import ensure_tree_repo
 from sglpatch.witnesses import answer_cache, registry
 from sglpatch.witnesses.results import BUG, CLEAN, UNAVAILABLE, WitnessResult
 from sglpatch.witnesses.upstream_test import UpstreamTestWitness

@@ -21,12 +21,12 @@ from pathlib import Path
 from packaging.utils import InvalidSdistFilename, InvalidWheelFilename, parse_sdist_filename, parse_wheel_filename
 from packaging.version import Version
 
-from sglpatch.sources import index_listing
-from sglpatch.plumbing.errors import SglpatchError
 from sglpatch.apply.outcomes import Outcome
+from sglpatch.plumbing.errors import SglpatchError
 from sglpatch.plumbing.processes import run_tool, user_git_env
 from sglpatch.rebase.onto import rebase_onto
 from sglpatch.rebase.report import RebaseOutcome, RebaseReport
+from sglpatch.sources import index_listing
 
 GIT_TIMEOUT_S = 300
 GH_TIMEOUT_S = 300

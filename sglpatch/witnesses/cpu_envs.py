@@ -35,8 +35,8 @@ from packaging.requirements import Requirement
 from packaging.version import Version
 
 from sglpatch.plumbing import cache, processes, progress
-from sglpatch.sources import pristine_tree
 from sglpatch.plumbing.errors import SglpatchError, Unavailable
+from sglpatch.sources import pristine_tree
 from sglpatch.sources.pins import Pin
 
 REQUIREMENTS = Path(__file__).parent / "requirements-cpu.txt"

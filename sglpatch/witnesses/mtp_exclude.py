@@ -38,10 +38,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from sglpatch.witnesses import cpu_envs, probe_runs
 from sglpatch.plumbing.errors import SglpatchError
-from sglpatch.sources.pins import Pin
 from sglpatch.serving.profile import load_profile
+from sglpatch.sources.pins import Pin
+from sglpatch.witnesses import cpu_envs, probe_runs
 from sglpatch.witnesses import probing
 from sglpatch.witnesses.results import BUG, CLEAN, UNAVAILABLE, WitnessResult
 

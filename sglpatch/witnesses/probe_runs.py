@@ -20,8 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from sglpatch.plumbing import cache
-from sglpatch.witnesses import cpu_envs, probe_children
 from sglpatch.sources.pins import Pin
+from sglpatch.witnesses import cpu_envs, probe_children
 
 
 @dataclass(frozen=True)

@@ -35,10 +35,10 @@ import tempfile
 from pathlib import Path
 
 from sglpatch.plumbing import cache
-from sglpatch.witnesses import cpu_envs, probe_runs
 from sglpatch.plumbing.errors import Unavailable
-from sglpatch.sources.pins import Pin
 from sglpatch.serving.profile import Profile, load_profile
+from sglpatch.sources.pins import Pin
+from sglpatch.witnesses import cpu_envs, probe_runs
 from sglpatch.witnesses import probing
 from sglpatch.witnesses.probing import DROP
 from sglpatch.witnesses.results import BUG, CLEAN, UNAVAILABLE, WitnessResult

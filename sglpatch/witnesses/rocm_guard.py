@@ -51,10 +51,10 @@ from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
 from sglpatch.plumbing import cache
-from sglpatch.sources import pristine_tree
 from sglpatch.plumbing.errors import SglpatchError, Unavailable
-from sglpatch.sources.pins import Pin
 from sglpatch.plumbing.processes import pip_env
+from sglpatch.sources import pristine_tree
+from sglpatch.sources.pins import Pin
 from sglpatch.witnesses import guard_kernel, hip_toolchain
 from sglpatch.witnesses.guard_kernel import (CUDA_HEADERS, HEADER, KernelLayout, first_error, fp8_macro,
                                              in_kernel_sources, kernel_layout, per_arch, run_or_unavailable,

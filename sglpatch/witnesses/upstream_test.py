@@ -31,9 +31,9 @@ import hashlib
 import re
 from pathlib import Path
 
-from sglpatch.witnesses import cpu_envs, probe_runs
-from sglpatch.sources.pins import Pin
 from sglpatch.serving.profile import load_profile
+from sglpatch.sources.pins import Pin
+from sglpatch.witnesses import cpu_envs, probe_runs
 from sglpatch.witnesses import probing
 from sglpatch.witnesses.results import BUG, CLEAN, UNAVAILABLE, WitnessResult
 
