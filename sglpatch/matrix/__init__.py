@@ -11,7 +11,8 @@ Read it one file at a time:
 - ``table``      the markdown table from a folder of cell records
 - ``plan``       the CI jobs per event (one per pin on a runner) and their node-hours
 - ``workflow``   the GitHub Actions workflow generated from the plan
+- ``records``    the check records the matrix, the bench and the ROCm job write and read
 
-The pin under test is ``sglpatch.apply.pin_under_test``, the records ``sglpatch.matrix.records``; the ROCm
-tier's containers, image, in-image checks and job runner are ``sglpatch.rocm``.
+The pin under test is ``sglpatch.apply.pin_under_test``; the ROCm tier's containers, image,
+in-image checks and job runner are ``sglpatch.rocm``.
 """
