@@ -51,8 +51,8 @@ def _pinned_versions() -> list[str]:
     sessions that do not take a pin are still listed (nox -l must never fail on it)."""
     sys.path.insert(0, str(ROOT))
     try:
-        from sglpatch.errors import SglpatchError
-        from sglpatch.pins import load_pins
+        from sglpatch.plumbing.errors import SglpatchError
+        from sglpatch.sources.pins import load_pins
 
         try:
             return [pin.version for pin in load_pins(ROOT / "upstream" / "pins.toml").pins]

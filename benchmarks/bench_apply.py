@@ -23,8 +23,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from sglpatch.apply_pins import apply_series  # noqa: E402
-from sglpatch.project import Project  # noqa: E402
+from sglpatch.apply.apply_pins import apply_series  # noqa: E402
+from sglpatch.plumbing.project import Project  # noqa: E402
 
 
 STEP_TIMEOUT_S = 600  # one download, unpack or git step; past it something hung

@@ -26,9 +26,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from sglpatch import sources  # noqa: E402
-from sglpatch.processes import pip_env  # noqa: E402
-from sglpatch.project import Project  # noqa: E402
+from sglpatch.plumbing.processes import pip_env  # noqa: E402
+from sglpatch.plumbing.project import Project  # noqa: E402
+from sglpatch.sources import pristine_tree  # noqa: E402
 
 TARGET_S = 15.0
 TARGET_MB = 100.0
@@ -51,7 +51,7 @@ def _git_env() -> dict[str, str]:
             "GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": os.devnull, **USER}
 
 
-def _tagged_checkout(pristine: sources.Pristine, version: str, dest: Path) -> None:
+def _tagged_checkout(pristine: pristine_tree.Pristine, version: str, dest: Path) -> None:
     """The release as a user's checkout: its files committed by the user, tagged v<version>."""
     dest.mkdir(parents=True)
     archive = _run(["git", "archive", pristine.commit], cwd=pristine.repo, env=_git_env()).stdout
@@ -69,7 +69,7 @@ def _size_mb(folder: Path) -> float:
     return total / 1e6
 
 
-def _one_round(version: str, pristine: sources.Pristine, locked_tree: str, work: Path) -> dict:
+def _one_round(version: str, pristine: pristine_tree.Pristine, locked_tree: str, work: Path) -> dict:
     checkout, cache = work / "sglang", work / "cache"
     _tagged_checkout(pristine, version, checkout)
     extra = {"SGLPATCH_CACHE_DIR": str(cache)}
@@ -96,7 +96,7 @@ def main() -> None:
     pin = pins.select([args.pin])[0] if args.pin else pins.newest
     locked_tree = json.loads(project.lock_file.read_text())["pins"][pin.version]["tree"]
     # The checkout is made from this machine's cache (setup, not timed); each timed run has its own.
-    pristine = sources.pristine_from_index(pin)
+    pristine = pristine_tree.pristine_from_index(pin)
     rounds = []
     for _ in range(args.rounds):
         with tempfile.TemporaryDirectory(prefix="bench-into-") as work:

@@ -2,7 +2,7 @@
 
 For every pinned release V (or those given): a copy of the project as if V had never been seen (its pin
 and lock entry removed, every rendition made for V alone deleted, every rendition covering V and other
-pins made again for the nearest of them from its locked commit; ``sglpatch.leave_one_out``), then ``sglpatch rebase V`` in the copy -- the cascade of merge tools
+pins made again for the nearest of them from its locked commit; ``sglpatch.rebase.leave_one_out``), then ``sglpatch rebase V`` in the copy -- the cascade of merge tools
 and the judge -- and, unless ``--dry-run``, the staged witnessed apply that writes the pin and lock.
 Per release and patch: the verdict, the cascade step that ported it or what stopped it, whether the
 release's tree equals the committed lock's, its CPU matrix cells on the staged series, and the time. Totals: k/N ported by themselves, j/N
@@ -29,9 +29,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from sglpatch.cache import ANSWERS_ENV  # noqa: E402
-from sglpatch.leave_one_out import rebase_left_out  # noqa: E402
-from sglpatch.pins import load_pins  # noqa: E402
+from sglpatch.plumbing.cache import ANSWERS_ENV  # noqa: E402
+from sglpatch.rebase.leave_one_out import rebase_left_out  # noqa: E402
+from sglpatch.sources.pins import load_pins  # noqa: E402
 
 
 def _cell(patch: dict) -> str:

@@ -25,8 +25,8 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from bench_witnesses import _trees  # noqa: E402
-from sglpatch import probe_children, probe_runs  # noqa: E402
-from sglpatch.project import Project  # noqa: E402
+from sglpatch.plumbing.project import Project  # noqa: E402
+from sglpatch.witnesses import probe_children, probe_runs  # noqa: E402
 from sglpatch.witnesses import registry  # noqa: E402
 
 

@@ -33,9 +33,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from sglpatch import probe_children, probe_runs, sources  # noqa: E402
-from sglpatch.project import Project  # noqa: E402
+from sglpatch.plumbing.project import Project  # noqa: E402
+from sglpatch.sources import pristine_tree  # noqa: E402
 from sglpatch.witnesses import mtp_exclude, rocm_flags  # noqa: E402
+from sglpatch.witnesses import probe_children, probe_runs  # noqa: E402
 
 DEFAULT_PINS = ("0.5.10", "0.5.14", "0.5.19", "0.5.23")
 
@@ -44,7 +45,7 @@ def _trees(project: Project, version: str, work: Path) -> dict[str, Path]:
     """The pin's pristine python/ tree, and a copy with each series patch's rendition for it
     applied where it applies (``git apply``; a patch upstream already has is left out)."""
     pin = project.pins().select([version])[0]
-    pristine = sources.pristine_from_index(pin)
+    pristine = pristine_tree.pristine_from_index(pin)
     archive = subprocess.run(["git", "archive", pristine.commit, "python"], cwd=pristine.repo, capture_output=True,
                              check=True, timeout=300).stdout
     trees = {}

@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from sglpatch.matrix import plan  # noqa: E402
-from sglpatch.project import Project  # noqa: E402
+from sglpatch.plumbing.project import Project  # noqa: E402
 
 
 def runner_labels() -> list[str]:

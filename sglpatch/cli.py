@@ -13,9 +13,11 @@ import importlib
 import sys
 from pathlib import Path
 
-from sglpatch import __version__, exitcodes, progress
-from sglpatch.errors import SglpatchError, Unavailable
-from sglpatch.project import Project
+from sglpatch import __version__
+from sglpatch import exitcodes
+from sglpatch.plumbing import progress
+from sglpatch.plumbing.errors import SglpatchError, Unavailable
+from sglpatch.plumbing.project import Project
 
 # Each verb's one line, in the order --help lists them; its module is sglpatch.commands.<name with _>.
 # tests/test_cli.py keeps each line equal to the one the verb's own parser registers.

@@ -8,7 +8,7 @@ import json
 import sys
 from pathlib import Path
 
-from sglpatch import progress
+from sglpatch.plumbing import progress
 
 
 def add(sub, name: str, run, help: str, *, needs_project: bool = True) -> argparse.ArgumentParser:
@@ -40,7 +40,7 @@ class _Given(argparse.Action):
 
 
 def jobs_flag(parser: argparse.ArgumentParser, what: str) -> None:
-    from sglpatch import workers  # multiprocessing: only the verbs that take -j pay for it
+    from sglpatch.plumbing import workers  # multiprocessing: only the verbs that take -j pay for it
 
     parser.add_argument(
         "-j", "--jobs", type=_positive, default=workers.default_jobs(), metavar="N", action=_Given,
@@ -95,7 +95,7 @@ def keep_record(record, path: Path | None) -> None:
     """Also write a matrix or gate record at ``path`` (nox reads it to report a skip)."""
     if path is None:
         return
-    from sglpatch.records import write_record
+    from sglpatch.matrix.records import write_record
 
     write_record(record, path.parent)
     written = path.parent / f"{record.cell_id}.json"

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from sglpatch.outcomes import FAILURES, Outcome
+from sglpatch.apply.outcomes import FAILURES, Outcome
 
 OK = 0
 FAILED = 1

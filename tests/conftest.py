@@ -24,12 +24,13 @@ from pathlib import Path
 
 import pytest
 
-from sglpatch import cache, sources
-from sglpatch.apply_pins import apply_series
-from sglpatch.checkouts import checkout_commit
-from sglpatch.pins import load_pins
-from sglpatch.project import Project
-from sglpatch.series import load_series
+from sglpatch.apply.apply_pins import apply_series
+from sglpatch.apply.checkouts import checkout_commit
+from sglpatch.plumbing import cache
+from sglpatch.plumbing.project import Project
+from sglpatch.series.patches import load_series
+from sglpatch.sources import pristine_tree
+from sglpatch.sources.pins import load_pins
 from sglpatch.witnesses import answer_cache, registry
 from sglpatch.witnesses.results import BUG, CLEAN, UNAVAILABLE, WitnessResult
 
@@ -105,7 +106,7 @@ def pristine_subtree(version: str, dest: Path, path: str = "python/sglang", keep
     """The pinned release's files under ``path`` as released (from its pristine commit), in ``dest``;
     ``keep(name)`` narrows them further."""
     pin = REAL_PINS.select([version])[0]
-    pristine = sources.pristine_from_index(pin)
+    pristine = pristine_tree.pristine_from_index(pin)
     listed = subprocess.run(["git", "ls-tree", "-r", "-z", "--name-only", pristine.commit, "--", path],
                             cwd=pristine.repo, capture_output=True, check=True).stdout.decode()
     names = [name for name in listed.split("\0") if name and (keep is None or keep(name))]
@@ -127,7 +128,7 @@ def pin_patch(patch: str, version: str) -> bytes:
 
 @functools.lru_cache(maxsize=None)
 def _locked_patches(version: str) -> dict[str, bytes]:
-    from sglpatch.export import locked_patches
+    from sglpatch.series.export import locked_patches
 
     return dict(locked_patches(Project(REPO_ROOT), version))
 
@@ -146,7 +147,7 @@ def read_only_tree(version: str, patch: str | None = None) -> Path:
     about 6,500 files; a run used to write and later delete 330,000 of them). A test that changes
     its tree makes its own with ``pristine_subtree``."""
     pin = REAL_PINS.select([version])[0]
-    pristine = sources.pristine_from_index(pin)
+    pristine = pristine_tree.pristine_from_index(pin)
     text = pin_patch(patch, version) if patch else b""
     key = hashlib.sha256(pristine.commit.encode() + b"\0" + text).hexdigest()
     folder = cache.cache_root() / "test-trees" / f"{version}-{key[:16]}"
@@ -174,7 +175,7 @@ _SESSION_FOLDERS: list[Path] = []  # kept for a worker's whole session, removed 
 def nothing_left_behind_in_tmp():
     """A pytest-xdist worker ends past atexit: what the session started or kept is removed here."""
     yield
-    from sglpatch import probe_children
+    from sglpatch.witnesses import probe_children
 
     probe_children.close_fork_servers()
     for folder in _SESSION_FOLDERS:
@@ -188,7 +189,7 @@ def _shipped_trees(version: str):
     for part in ("upstream", "patches"):
         shutil.copytree(REPO_ROOT / part, root / part)
     shutil.copy(REPO_ROOT / "series.lock", root / "series.lock")
-    from sglpatch.apply_pins import apply_series
+    from sglpatch.apply.apply_pins import apply_series
 
     result = apply_series(Project(root), [version], run_witnesses=False, record=False, out_dir=root / "build").results[0]
     assert result.commit, result.error
@@ -455,7 +456,7 @@ FAKE_CELL_FAILURES: dict[str, str] = {}
 
 def _fake_release_cells(staged, version):
     from sglpatch.matrix.cells import cells
-    from sglpatch.records import FAILED, PASSED, CellRecord
+    from sglpatch.matrix.records import FAILED, PASSED, CellRecord
 
     series = staged.series()
     records = []
@@ -472,9 +473,9 @@ def _fake_release_cells(staged, version):
 def fake_release_cells(monkeypatch, request):
     FAKE_CELL_FAILURES.clear()
     if request.node.get_closest_marker("network") is None:
-        import sglpatch.rebase
+        import sglpatch.rebase.onto
 
-        monkeypatch.setattr(sglpatch.rebase, "pin_cells", _fake_release_cells)
+        monkeypatch.setattr(sglpatch.rebase.onto, "pin_cells", _fake_release_cells)
     return FAKE_CELL_FAILURES
 
 
@@ -483,7 +484,7 @@ def fake_release_cells(monkeypatch, request):
 # double imports each touched Python module with this interpreter, the candidate tree on the path.
 # Real releases (tests marked network) run the real smoke, in the pin's CPU Python.
 def _import_with_this_python(trial, commit, changed) -> list[str]:
-    from sglpatch.checkouts import checkout_commit
+    from sglpatch.apply.checkouts import checkout_commit
 
     tree = checkout_commit(trial.repo, commit, Path(tempfile.mkdtemp(dir=trial.scratch, prefix="imports-")))
     findings = []

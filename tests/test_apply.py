@@ -9,9 +9,9 @@ import subprocess
 import pytest
 
 from conftest import example_lines, format_patch, git, tree_files
-from sglpatch import apply as apply_module
-from sglpatch import tree_repo
-from sglpatch.apply_pins import apply_series
+from sglpatch.apply import one_pin as apply_module
+from sglpatch.apply import tree_repo
+from sglpatch.apply.apply_pins import apply_series
 
 # The text machinery (classification, atomicity, the lock, hashes) is proven without witnesses:
 # classified by text alone, as `sglpatch apply --no-witnesses` does.
@@ -457,7 +457,7 @@ def test_witness_that_cannot_run_on_the_pristine_tree_fails_the_pin(fake_project
 
 
 def test_allow_unavailable_applies_but_says_unproven_on_every_line(fake_project, tmp_path):
-    from sglpatch.report import render_apply, render_witnesses
+    from sglpatch.apply.report import render_apply, render_witnesses
 
     fake_project.set_patches([("0001-guard.patch", _guard_patch(tmp_path))])  # fixture-unwitnessed
     report = apply_series(fake_project.project, allow_unavailable=True)
@@ -570,7 +570,7 @@ def test_witnessing_without_recording_compares_with_the_lock_and_moves_no_branch
 
 
 def test_a_witness_checkout_moved_to_the_next_commit_holds_exactly_that_commit(tmp_path):
-    from sglpatch.checkouts import advance_checkout, checkout_commit
+    from sglpatch.apply.checkouts import advance_checkout, checkout_commit
 
     repo = tmp_path / "repo"
     repo.mkdir()
@@ -613,7 +613,7 @@ def test_the_lock_records_each_witness_and_its_level_but_compares_only_the_resul
     lock_path = fake_project.root / "series.lock"
     entry = json.loads(lock_path.read_text())["pins"]["0.1.0"]["patches"][0]
     assert entry["witness"] == {"pristine": "bug [text]", "patched": "clean [text]"}
-    from sglpatch.report import render_apply
+    from sglpatch.apply.report import render_apply
 
     assert "witnessed at: 0001 text" in render_apply(report)
     # Another machine whose witness ran at another level reproduces the same result: it matches.
@@ -628,8 +628,8 @@ def test_the_lock_records_each_witness_and_its_level_but_compares_only_the_resul
 
 
 def test_a_pin_line_whose_compile_witness_ran_at_the_include_graph_level_says_how_to_get_the_compile():
-    from sglpatch.apply import PatchOutcome, PinResult
-    from sglpatch.report import witness_levels
+    from sglpatch.apply.one_pin import PatchOutcome, PinResult
+    from sglpatch.apply.report import witness_levels
 
     result = PinResult("0.5.14", "t", patches=[
         PatchOutcome("0001-guard.patch", "applied", witness_before="bug [include-graph gfx942,gfx950]",
@@ -679,8 +679,8 @@ def test_a_rendition_made_on_another_pin_applies_three_way_from_that_pins_blobs_
 
 
 def test_without_a_covered_pin_to_lend_the_blobs_a_rendition_that_needs_three_way_is_a_conflict(fake_project, tmp_path):
-    from sglpatch import sources
-    from sglpatch.apply import apply_pin
+    from sglpatch.apply.one_pin import apply_pin
+    from sglpatch.sources import pristine_tree
 
     _pin_with_line_17_changed(fake_project)
     # Made on 0.1.0's file, but its Applies-To covers only 0.2.5: no pin it covers holds its blobs.
@@ -696,7 +696,7 @@ def test_without_a_covered_pin_to_lend_the_blobs_a_rendition_that_needs_three_wa
     fake_project.set_patches([("0001-example.patch", _example_patch(tmp_path))])
     project = fake_project.project
     pin = project.pins().select(["0.2.5"])[0]
-    alone = apply_pin(pin, project.series(), sources.pristine_from_index(pin), tmp_path / "alone", project.lock_file,
+    alone = apply_pin(pin, project.series(), pristine_tree.pristine_from_index(pin), tmp_path / "alone", project.lock_file,
                       run_witnesses=False, record=False, pins=())
     assert [o.status for o in alone.patches] == ["conflict"]
     assert "no pinned tree holds the blobs it was made on" in alone.patches[0].detail
@@ -710,7 +710,8 @@ def test_no_witnesses_on_a_pin_whose_trees_are_the_locks_matches_and_names_the_v
     # text alone says already-upstream. Trees and commits are the lock's, so nothing differs that
     # --no-witnesses decided; it says which verdict it left unchecked instead of failing.
     from conftest import BASE_FILES, make_wheel, pin_entry
-    from sglpatch import cli, exitcodes
+    from sglpatch import cli
+    from sglpatch import exitcodes
 
     files = tree_files("0.1.0")
     guarded = files[KERNEL].replace("#include <cuda_runtime.h>\n", "#ifndef USE_ROCM\n#include <cuda_runtime.h>\n#endif\n")

@@ -9,8 +9,8 @@ import subprocess
 import pytest
 
 from conftest import TextWitness, format_patch, git, pristine_subtree, tree_files
-from sglpatch import authoring, export
-from sglpatch.apply_pins import apply_series
+from sglpatch.apply.apply_pins import apply_series
+from sglpatch.series import authoring, export
 
 EXAMPLE = "python/sglang/srt/layers/example.py"
 USER = ["-c", "user.name=Patch Writer", "-c", "user.email=writer@example.com"]
@@ -232,7 +232,7 @@ def test_refresh_leaves_a_patch_apply_merged_three_way_unchanged_when_its_commit
 
 
 def test_export_refuses_to_overwrite(applied, tmp_path):
-    from sglpatch.errors import SglpatchError
+    from sglpatch.plumbing.errors import SglpatchError
 
     (tmp_path / "full").mkdir()
     (tmp_path / "full" / "mine").write_text("x")

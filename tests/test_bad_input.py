@@ -17,9 +17,11 @@ import zipfile
 import pytest
 
 from conftest import REPO_ROOT
-from sglpatch import lock, profile, sources
-from sglpatch.errors import SglpatchError
-from sglpatch.series import series_entries
+from sglpatch.plumbing.errors import SglpatchError
+from sglpatch.series import lock
+from sglpatch.series.patches import series_entries
+from sglpatch.serving import profile
+from sglpatch.sources import pristine_tree
 
 
 @pytest.mark.parametrize("entry", ["/etc/passwd", "../outside.patch", "sub/../../x.patch", "renditions/0001-x/0.5.19.patch"])
@@ -55,17 +57,17 @@ def test_an_artifact_without_core_metadata_is_refused_naming_it(tmp_path):
     with zipfile.ZipFile(wheel, "w") as archive:
         archive.writestr("sglang/__init__.py", "")
     with pytest.raises(SglpatchError, match=rf"{wheel}: the wheel holds no .dist-info/METADATA"):
-        sources.artifact_metadata(wheel)
+        pristine_tree.artifact_metadata(wheel)
     sdist = tmp_path / "sglang-0.9.0.tar.gz"
     with tarfile.open(sdist, "w:gz") as archive:
         info = tarfile.TarInfo("sglang-0.9.0/setup.py")
         archive.addfile(info, io.BytesIO(b""))
     with pytest.raises(SglpatchError, match=rf"{sdist}: the sdist holds no top-level PKG-INFO"):
-        sources.artifact_metadata(sdist)
+        pristine_tree.artifact_metadata(sdist)
     broken = tmp_path / "sglang-0.9.1.tar.gz"
     broken.write_bytes(b"not a tar")
     with pytest.raises(SglpatchError, match="cannot read its metadata"):
-        sources.artifact_metadata(broken)
+        pristine_tree.artifact_metadata(broken)
 
 
 GOOD_PROFILE = """

@@ -17,8 +17,8 @@ from sglpatch.bench.client import bench_client
 from sglpatch.bench.collect import collect
 from sglpatch.bench.records import BenchRecord, read_bench_records, write_bench_record
 from sglpatch.bench.workloads import Serving, SingleStream
-from sglpatch.errors import SglpatchError
-from sglpatch.records import PARTIAL, PASSED
+from sglpatch.matrix.records import PARTIAL, PASSED
+from sglpatch.plumbing.errors import SglpatchError
 from sglpatch.rocm.checks import bench_metrics, bench_run, power
 
 # aiter's own format (aiter/fused_moe.py): the tuple of the shape it has no tuned entry for.

@@ -14,14 +14,14 @@ from packaging.version import Version
 from conftest import REAL_PINS, pristine_subtree, skip_unless_required
 from standin_sglang_server import StandinServer, Timing
 from test_bench import stand_in_amd_smi
-from sglpatch import cpu_envs, probe_children, probe_runs
 from sglpatch.bench import cpu_client, report
 from sglpatch.bench.client import bench_client
 from sglpatch.bench.collect import collect
 from sglpatch.bench.records import BenchRecord
 from sglpatch.bench.workloads import Serving
-from sglpatch.records import PASSED
+from sglpatch.matrix.records import PASSED
 from sglpatch.rocm.checks import bench_metrics, bench_run
+from sglpatch.witnesses import cpu_envs, probe_children, probe_runs
 
 pytestmark = pytest.mark.network  # the pins' trees and CPU Pythons come from the package index
 

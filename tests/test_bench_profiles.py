@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from conftest import REAL_PINS, read_only_tree, skip_unless_required
-from sglpatch.profile import load_profile
+from sglpatch.serving.profile import load_profile
 from sglpatch.witnesses import rocm_flags
 
 pytestmark = pytest.mark.network  # the pins' trees and CPU Pythons come from the package index

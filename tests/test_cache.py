@@ -9,14 +9,14 @@ import time
 
 import pytest
 
-from sglpatch import cache
-from sglpatch.errors import SglpatchError
+from sglpatch.plumbing import cache
+from sglpatch.plumbing.errors import SglpatchError
 
 HOLD = """
 import sys, time
 sys.argv = ["sglpatch", "apply", "0.5.14"]
 from pathlib import Path
-from sglpatch import cache
+from sglpatch.plumbing import cache
 with cache.entry_lock(Path({path!r})):
     print("held", flush=True)
     time.sleep({seconds})

@@ -78,12 +78,13 @@ def test_exit_status_4_when_a_witness_cannot_run_here(fake_project, tmp_path):
                                                     ("partial", True, exitcodes.OK), ("failed", True, exitcodes.FAILED),
                                                     ("passed", False, exitcodes.OK)])
 def test_a_cpu_cell_that_could_not_run_every_part_fails_unless_allowed(fake_project, monkeypatch, capsys, outcome, allow, status):
-    from sglpatch import cli, matrix
-    from sglpatch.records import CellRecord, Part
+    from sglpatch import cli
+    from sglpatch.matrix import cpu
+    from sglpatch.matrix.records import CellRecord, Part
 
     record = CellRecord("cpu", "build", "0.1.0", None, "1", "h", outcome, reason="the HIP toolchain is not installed",
                         parts=[Part("HIP build", "skipped" if outcome in ("partial", "skipped") else outcome, "why")])
-    monkeypatch.setattr(matrix, "run_cpu_cell", lambda project, cell, use_cache=True: record)
+    monkeypatch.setattr(cpu, "run_cpu_cell", lambda project, cell, use_cache=True: record)
     argv = ["--root", str(fake_project.root), "matrix", "run", "build", "0.1.0", *(["--allow-unavailable"] if allow else [])]
     assert cli.main(argv) == status
     if status == exitcodes.UNAVAILABLE:
@@ -97,7 +98,7 @@ def test_a_cpu_cell_that_could_not_run_every_part_fails_unless_allowed(fake_proj
 def test_run_all_sums_up_the_cpu_tier_and_exits_like_its_cells(fake_project, monkeypatch, capsys, outcomes, allow, status):
     from sglpatch import cli
     from sglpatch.matrix import cpu
-    from sglpatch.records import CellRecord
+    from sglpatch.matrix.records import CellRecord
 
     records = [CellRecord("cpu", "build", pin, None, "1", "h", outcome) for pin, outcome in zip(("0.1.0", "0.2.0"), outcomes)]
     asked = []
@@ -184,7 +185,7 @@ def test_help_imports_no_verb_and_pins_only_its_own():
     assert not {module for module in helped if module.startswith("sglpatch.commands.")}, helped
     pins = _sglpatch_modules_imported("pins")
     assert {module for module in pins if module.startswith("sglpatch.commands.")} == {"sglpatch.commands.pins"}
-    heavy = {"sglpatch.apply", "sglpatch.apply_pins", "sglpatch.sources", "sglpatch.cpu_envs", "sglpatch.cache"}
+    heavy = {"sglpatch.apply.one_pin", "sglpatch.apply.apply_pins", "sglpatch.sources.pristine_tree", "sglpatch.witnesses.cpu_envs", "sglpatch.plumbing.cache"}
     assert not (helped | pins) & heavy, (helped | pins) & heavy
 
 

@@ -14,8 +14,9 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO_ROOT
-from sglpatch import cpu_envs, probe_children, probe_runs, progress
-from sglpatch.pins import load_pins
+from sglpatch.plumbing import progress
+from sglpatch.sources.pins import load_pins
+from sglpatch.witnesses import cpu_envs, probe_children, probe_runs
 
 PINS = load_pins(REPO_ROOT / "upstream" / "pins.toml")
 

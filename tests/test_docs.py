@@ -13,7 +13,7 @@ import pytest
 
 from conftest import REPO_ROOT
 from sglpatch import cli
-from sglpatch.cli_reference import reference_markdown
+from sglpatch.commands.cli_reference import reference_markdown
 
 
 def _build(root, site) -> subprocess.CompletedProcess:

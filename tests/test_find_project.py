@@ -39,7 +39,7 @@ def test_an_install_from_a_clone_knows_the_clone_by_its_recorded_source(fake_pro
     # install from a clone as for an editable one: that clone's series is the one to use.
     from importlib.metadata import PathDistribution
 
-    from sglpatch.project import installed_clone
+    from sglpatch.plumbing.project import installed_clone
 
     info = tmp_path / "site" / "sglpatch-0.1.0.dist-info"
     info.mkdir(parents=True)

@@ -10,9 +10,10 @@ from pathlib import Path
 import pytest
 
 from conftest import REAL_PINS, git, shipped_trees
-from sglpatch import cache, probe_children, processes
-from sglpatch.checkouts import checkout_commit
+from sglpatch.apply.checkouts import checkout_commit
+from sglpatch.plumbing import cache, processes
 from sglpatch.witnesses import answer_cache, mtp_exclude, rocm_flags, rocm_guard
+from sglpatch.witnesses import probe_children
 from sglpatch.witnesses.results import CLEAN
 
 # What a ROCm image or a user's shell may hold: each would change what sglang resolves, what

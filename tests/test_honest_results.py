@@ -10,15 +10,15 @@ import sys
 import pytest
 
 from conftest import BASE_FILES, REPO_ROOT, TextWitness, example_lines, format_patch, tree_files
-from sglpatch import cache
 from sglpatch.matrix import plan
-from sglpatch.pins import load_pins
-from sglpatch.project import OUT_ENV, Project
-from sglpatch.rebase import rebase_onto
+from sglpatch.matrix.records import PASSED, CellRecord, matrix_dir, write_record
+from sglpatch.plumbing import cache
+from sglpatch.plumbing.project import OUT_ENV, Project
+from sglpatch.rebase.onto import rebase_onto
 from sglpatch.rebase.report import RebaseReport
-from sglpatch.records import PASSED, CellRecord, matrix_dir, write_record
 from sglpatch.rocm import constants
 from sglpatch.rocm.options import RocmOptions, device_stamp
+from sglpatch.sources.pins import load_pins
 from sglpatch.witnesses import answer_cache
 
 RECORD_ENV = "SGLPATCH_STANDIN_RECORD"  # rocm_box.RECORD_ENV (the probes' own module, not importable here)
@@ -44,10 +44,10 @@ def _cells(version: str, replayed: set[str]) -> list[CellRecord]:
 
 
 def test_a_rebase_report_says_which_cpu_cells_were_replayed_in_text_and_json(fake_project, tmp_path, monkeypatch):
-    import sglpatch.rebase
+    import sglpatch.rebase.onto
 
     replayed = {"cpu-build-0.3.0", "cpu-spec-0.3.0-d1"}
-    monkeypatch.setattr(sglpatch.rebase, "pin_cells", lambda staged, version: _cells(version, replayed))
+    monkeypatch.setattr(sglpatch.rebase.onto, "pin_cells", lambda staged, version: _cells(version, replayed))
     fake_project.set_patches([("0001-example.patch", _example_patch(tmp_path))])
     _release(fake_project, "0.3.0", example_lines({5: "upstream changed line 5\n"}))
     report = rebase_onto(fake_project.project, "0.3.0")
@@ -61,14 +61,14 @@ def test_a_rebase_report_says_which_cpu_cells_were_replayed_in_text_and_json(fak
 
 
 def test_a_replayed_failing_cell_says_so_in_the_refusal(fake_project, tmp_path, monkeypatch):
-    import sglpatch.rebase
+    import sglpatch.rebase.onto
 
     def failing(staged, version):
         records = _cells(version, {"cpu-spec-0.3.0-d4"})
         records[5].outcome, records[5].reason = "failed", "speculative_num_steps 4 resolves to 3"
         return records
 
-    monkeypatch.setattr(sglpatch.rebase, "pin_cells", failing)
+    monkeypatch.setattr(sglpatch.rebase.onto, "pin_cells", failing)
     fake_project.set_patches([("0001-example.patch", _example_patch(tmp_path))])
     _release(fake_project, "0.3.0", example_lines({5: "upstream changed line 5\n"}))
     report = rebase_onto(fake_project.project, "0.3.0")
@@ -122,7 +122,7 @@ def test_an_answer_given_in_stand_in_recording_mode_is_not_reused_by_a_normal_ru
 
 
 def test_every_switch_passed_to_probe_children_keeps_no_answer(tmp_path, monkeypatch):
-    from sglpatch import probe_children
+    from sglpatch.witnesses import probe_children
 
     monkeypatch.setenv(cache.ANSWERS_ENV, str(tmp_path / "answers"))
     memo = cache.Memo("switch-test")
@@ -159,7 +159,7 @@ def test_a_dry_run_reports_an_applies_to_the_write_would_refuse(fake_project, tm
 
 
 def test_a_staged_project_keeps_its_records_inside_itself_whatever_sglpatch_out_dir_says(fake_project, tmp_path, monkeypatch):
-    import sglpatch.rebase
+    import sglpatch.rebase.onto
 
     outside = tmp_path / "outside"
     monkeypatch.setenv(OUT_ENV, str(outside))
@@ -173,7 +173,7 @@ def test_a_staged_project_keeps_its_records_inside_itself_whatever_sglpatch_out_
             write_record(record, matrix_dir(staged) / "records")
         return records
 
-    monkeypatch.setattr(sglpatch.rebase, "pin_cells", cells)
+    monkeypatch.setattr(sglpatch.rebase.onto, "pin_cells", cells)
     fake_project.set_patches([("0001-example.patch", _example_patch(tmp_path))])
     _release(fake_project, "0.3.0", example_lines({5: "upstream changed line 5\n"}))
     report = rebase_onto(fake_project.project, "0.3.0")
@@ -184,7 +184,7 @@ def test_a_staged_project_keeps_its_records_inside_itself_whatever_sglpatch_out_
 
 
 def test_a_leave_one_out_copy_is_rebased_inside_itself_whatever_sglpatch_out_dir_says(fake_project, tmp_path, monkeypatch):
-    from sglpatch import leave_one_out
+    from sglpatch.rebase import leave_one_out
 
     monkeypatch.setenv(OUT_ENV, str(tmp_path / "outside"))
     seen = []
@@ -229,7 +229,7 @@ def test_the_runner_stamps_every_record_of_a_job_with_the_device_it_ran_on(tmp_p
     import shutil
 
     from sglpatch.matrix import job_plan
-    from sglpatch.records import read_records
+    from sglpatch.matrix.records import read_records
     from sglpatch.rocm.job import run_job
 
     for part in ("upstream", "patches"):
@@ -258,13 +258,13 @@ def test_the_matrix_table_marks_a_replayed_cell_and_counts_them():
 
 
 def _trial(fake_project, tmp_path, version="0.2.0"):
-    from sglpatch import sources
     from sglpatch.rebase.trial import Trial
+    from sglpatch.sources import pristine_tree
 
     pin = load_pins(fake_project.root / "upstream" / "pins.toml").select([version])[0]
     scratch = tmp_path / "trial"
     scratch.mkdir()
-    return Trial(scratch, pin, sources.pristine_from_index(pin))
+    return Trial(scratch, pin, pristine_tree.pristine_from_index(pin))
 
 
 def test_the_import_smoke_with_no_module_to_import_is_a_finding_not_a_pass(fake_project, tmp_path):
@@ -298,7 +298,7 @@ def test_a_name_only_the_port_defines_is_accepted_as_the_ports_own_and_reported(
 
 
 def test_leaving_out_a_release_inside_a_range_splits_the_range_around_it(fake_project, tmp_path):
-    from sglpatch.leave_one_out import leave_out
+    from sglpatch.rebase.leave_one_out import leave_out
 
     _add_pin(fake_project, "0.2.5", BASE_FILES)
     fake_project.set_patches([("0001-example.patch", _example_patch(tmp_path, applies_to=">=0.1"))])
@@ -314,8 +314,8 @@ def test_leaving_out_a_release_inside_a_range_splits_the_range_around_it(fake_pr
 
 def test_a_rendition_committed_on_the_left_out_release_alone_is_made_again_from_a_neighbours_locked_commit(
         fake_project, tmp_path):
-    from sglpatch.leave_one_out import leave_out
-    from sglpatch.apply_pins import apply_series
+    from sglpatch.apply.apply_pins import apply_series
+    from sglpatch.rebase.leave_one_out import leave_out
 
     # 0.2.5 already holds the fix (the main file reverse-applies there: not needed), so among the
     # main file's pins only 0.2.0 commits it: its text was made for 0.2.0.
@@ -337,7 +337,7 @@ def test_a_rendition_committed_on_the_left_out_release_alone_is_made_again_from_
 
 @pytest.mark.network
 def test_leaving_out_a_release_inside_a_range_of_the_real_series_leaves_no_claim_on_it(tmp_path):
-    from sglpatch.leave_one_out import leave_out
+    from sglpatch.rebase.leave_one_out import leave_out
 
     done = leave_out(REPO_ROOT, "0.5.19", tmp_path / "copy")
     copy = Project(tmp_path / "copy")
@@ -361,7 +361,7 @@ def test_a_spec_depth_answered_earlier_in_the_same_run_is_not_called_replayed(tm
 
     from sglpatch.matrix import cpu
     from sglpatch.matrix.cells import Cell
-    from sglpatch.records import Part
+    from sglpatch.matrix.records import Part
 
     monkeypatch.setenv(cache.ANSWERS_ENV, str(tmp_path / "answers"))
     monkeypatch.setattr(cpu, "_ANSWERED_HERE", set())

@@ -10,11 +10,11 @@ import sys
 import pytest
 
 from conftest import THREE_WAY_CHANGED, THREE_WAY_EXAMPLE, format_patch, git, tree_files
-from sglpatch import sources
+from sglpatch.apply.apply_pins import apply_series
+from sglpatch.apply.into import apply_into, checkout_version, locked_proof
+from sglpatch.plumbing.errors import SglpatchError
+from sglpatch.sources import pristine_tree
 from sglpatch.witnesses import answer_cache
-from sglpatch.errors import SglpatchError
-from sglpatch.into import apply_into, checkout_version, locked_proof
-from sglpatch.apply_pins import apply_series
 
 KERNEL = "python/sglang/jit_kernel/csrc/kernel.cuh"
 EXAMPLE = "python/sglang/srt/layers/example.py"
@@ -47,10 +47,10 @@ def _no_witness_may_run(monkeypatch):
 
 
 def _pristine_files(project, dest):
-    from sglpatch import sources
+    from sglpatch.sources import pristine_tree
 
     pin = project.pins().select(["0.1.0"])[0]
-    pristine = sources.pristine_from_index(pin)
+    pristine = pristine_tree.pristine_from_index(pin)
     archive = subprocess.run(["git", "archive", pristine.commit], cwd=pristine.repo, capture_output=True, check=True).stdout
     dest.mkdir(parents=True)
     subprocess.run(["tar", "-x", "-C", str(dest)], input=archive, check=True)
@@ -331,9 +331,9 @@ def test_sglpatch_image_takes_the_series_as_locked_and_runs_no_witness(guarded, 
 # -- a patch apply merged three-way (git apply --3way from the blobs of another pin's tree) -------
 
 def _pristine_of(project, version):
-    from sglpatch import sources
+    from sglpatch.sources import pristine_tree
 
-    return sources.pristine_from_index(project.pins().select([version])[0])
+    return pristine_tree.pristine_from_index(project.pins().select([version])[0])
 
 
 def _checkout_of(project, version, dest):
@@ -352,7 +352,7 @@ def _checkout_of(project, version, dest):
 
 
 def test_a_patch_locked_as_applied_three_way_goes_into_a_checkout_as_locked(three_way, tmp_path, monkeypatch):
-    from sglpatch.into import locked_series
+    from sglpatch.apply.into import locked_series
 
     project = three_way.project
     locked = _locked(project, "0.2.5")
@@ -386,7 +386,7 @@ def test_a_first_apply_into_of_a_pin_locked_three_way_imports_no_other_pins_tree
     assert git(checkout, "rev-parse", "HEAD^{tree}").strip() == locked["tree"]
     others = [pin for pin in project.pins().pins if pin.version != "0.2.5"]
     # The blobs the patch was made on came from the one file it changes, not from a whole tree.
-    assert [sources.cached_pristine(pin) for pin in others] == [None, None]
+    assert [pristine_tree.cached_pristine(pin) for pin in others] == [None, None]
     lenders = list((tmp_path / "empty-cache" / "release-files").glob("*.git"))
     assert len(lenders) == 1 and git(lenders[0], "ls-tree", "-r", "--name-only", "HEAD").split() == [THREE_WAY_EXAMPLE]
 
@@ -411,7 +411,7 @@ def test_the_patched_image_carries_the_pins_own_patch_for_a_patch_applied_three_
     import tarfile
 
     from sglpatch import cli
-    from sglpatch.pin_under_test import prepare_pin
+    from sglpatch.apply.pin_under_test import prepare_pin
     from sglpatch.rocm import containers, image
     from sglpatch.rocm.options import RocmOptions
 

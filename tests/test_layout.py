@@ -1,6 +1,8 @@
 """The house's joints: sglpatch's own import graph, counted from the source with ``ast`` (every
-import, those inside functions too), has no cycle; imports inside functions are kept for the CLI's
-lazy verbs; no module grows past what a reader takes in at once."""
+import, those inside functions too, and the package ``__init__`` each import runs), has no cycle;
+a package's ``__init__`` holds no logic and imports nothing; the top level holds only packages and
+the CLI's entry points; imports inside functions are kept for the CLI's lazy verbs; no module
+grows past what a reader takes in at once."""
 
 from __future__ import annotations
 
@@ -11,6 +13,8 @@ PACKAGE = Path(__file__).resolve().parent.parent / "sglpatch"
 MAX_LINES = 500
 MAX_IMPORTS_INSIDE_FUNCTIONS = 5
 CLI = ("sglpatch.cli", "sglpatch.cli_options", "sglpatch.__main__", "sglpatch.commands")
+# The CLI's entry points and what ``sglpatch --help`` needs without importing ``commands/``.
+ENTRY_POINTS = {"__init__.py", "__main__.py", "cli.py", "cli_options.py", "exitcodes.py"}
 
 
 def _modules() -> dict[str, Path]:
@@ -40,8 +44,11 @@ def _targets(module: str, node: ast.Import | ast.ImportFrom, is_package: bool, m
     for name in names:
         while name and name not in modules:
             name = name.rpartition(".")[0]
-        if name and name != module:
-            found.add(name)
+        # Importing ``a.b.c`` runs ``a/__init__`` and ``a/b/__init__`` first: each is a module too.
+        while name:
+            if name != module:
+                found.add(name)
+            name = name.rpartition(".")[0]
     return found
 
 
@@ -105,8 +112,15 @@ def test_the_counting_sees_an_import_inside_a_function_and_a_cycle_through_it():
     edges = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
     assert cycles(edges) == [["a", "b", "c"]]
     graph, inside = import_graph()
-    assert "sglpatch.errors" in graph["sglpatch.cli"]
+    assert "sglpatch.plumbing.errors" in graph["sglpatch.cli"]
     assert all(isinstance(line, int) for _, line, _ in inside)
+
+
+def test_the_counting_sees_the_package_init_an_import_of_a_submodule_runs():
+    graph, _ = import_graph()
+    assert {"sglpatch.rebase", "sglpatch.rebase.onto"} <= graph["sglpatch.commands.rebase"]
+    assert "sglpatch.rebase" in graph["sglpatch.rebase.trial"]  # from sglpatch.rebase import merge_tools
+    assert cycles({"pkg": {"pkg.impl"}, "pkg.impl": {"pkg"}}) == [["pkg", "pkg.impl"]]
 
 
 def test_sglpatchs_import_graph_has_no_cycle():
@@ -127,3 +141,26 @@ def test_no_module_is_over_500_lines():
     long = {str(path.relative_to(PACKAGE.parent)): n for path in PACKAGE.rglob("*.py")
             if (n := len(path.read_text().splitlines())) > MAX_LINES}
     assert long == {}
+
+
+def test_no_package_init_imports_or_defines_anything():
+    """An ``__init__`` is its package's docstring (the root's also ``__version__``): nothing its
+    modules would import from it, nothing that runs whenever one of them is imported."""
+    holding = {}
+    for path in PACKAGE.rglob("__init__.py"):
+        body = ast.parse(path.read_text()).body
+        logic = [type(node).__name__ for node in body
+                 if not (isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant))
+                 and not (path.parent == PACKAGE and isinstance(node, ast.Assign)
+                          and [t.id for t in node.targets if isinstance(t, ast.Name)] == ["__version__"])]
+        if logic:
+            holding[str(path.relative_to(PACKAGE.parent))] = logic
+    assert holding == {}
+
+
+def test_the_top_level_holds_only_packages_and_the_clis_entry_points():
+    loose = sorted(path.name for path in PACKAGE.iterdir()
+                   if path.name != "__pycache__" and not (path.is_dir() and (path / "__init__.py").is_file())
+                   and path.name not in ENTRY_POINTS)
+    assert loose == []
+    assert all(any(path.rglob("*.py")) for path in PACKAGE.iterdir() if path.is_dir() and path.name != "__pycache__")

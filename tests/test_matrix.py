@@ -13,19 +13,22 @@ from pathlib import Path
 import pytest
 
 from conftest import REAL_PINS, REPO_ROOT, pristine_subtree, skip_unless_required
-from sglpatch import matrix
+from sglpatch.apply.pin_under_test import prepare_pin
 from sglpatch.cli import main
-from sglpatch.pins import load_pins
-from sglpatch.profile import load_profile
+from sglpatch.matrix.cells import CHECKS, Cell, DEPTHS, PROFILE, TIERS, cells as matrix_cells
+from sglpatch.matrix.cpu import run_cpu_cell
+from sglpatch.matrix.cpu_checks import spec_scenarios, synthetic_checkpoint_part
+from sglpatch.matrix.kernels import multi_step_kernel_threshold
+from sglpatch.matrix.records import FAILED, PARTIAL, PASSED, SKIPPED, CellRecord, Part, combine, read_records, write_record
 from sglpatch.matrix.table import render_markdown
-from sglpatch.pin_under_test import prepare_pin
-from sglpatch.records import FAILED, PARTIAL, PASSED, SKIPPED, CellRecord, Part, combine, read_records, write_record
+from sglpatch.serving.profile import load_profile
+from sglpatch.sources.pins import load_pins
 
 PINS = load_pins(REPO_ROOT / "upstream" / "pins.toml")
 GUARD_FIXED_UPSTREAM = "0.5.15"
 
 
-def _session_name(cell: matrix.Cell) -> str:
+def _session_name(cell: Cell) -> str:
     args = [cell.tier, cell.pin] + ([str(cell.depth)] if cell.depth is not None else [])
     return f"{cell.check}({', '.join(args)})"
 
@@ -39,25 +42,25 @@ def _nox_list(*args: str) -> list[dict]:
 
 def test_nox_lists_every_cell_of_the_matrix_with_a_description_and_its_tier_tag():
     # --json lists the selected sessions only: select both tiers' tags.
-    listed = {s["session"]: s for s in _nox_list("-t", *matrix.TIERS) if s["name"] in matrix.CHECKS}
-    expected = matrix.cells([pin.version for pin in PINS.pins])
-    assert len(expected) == len(PINS.pins) * (2 + len(matrix.DEPTHS)) * len(matrix.TIERS)
+    listed = {s["session"]: s for s in _nox_list("-t", *TIERS) if s["name"] in CHECKS}
+    expected = matrix_cells([pin.version for pin in PINS.pins])
+    assert len(expected) == len(PINS.pins) * (2 + len(DEPTHS)) * len(TIERS)
     assert set(listed) == {_session_name(cell) for cell in expected}
     for cell in expected:
         session = listed[_session_name(cell)]
         assert session["tags"] == [cell.tier]
         assert session["description"] and "\n" not in session["description"]
-    for tier in matrix.TIERS:
+    for tier in TIERS:
         # -t rocm also lists the bench and its gate (tests/test_matrix_plan.py); the cells are these.
-        tagged = {s["session"] for s in _nox_list("-t", tier) if s["name"] in matrix.CHECKS}
+        tagged = {s["session"] for s in _nox_list("-t", tier) if s["name"] in CHECKS}
         assert tagged == {_session_name(c) for c in expected if c.tier == tier}
 
 
 def test_spec_scenarios_are_the_profile_at_depth_d_and_a_draft_count_sglang_must_normalise():
-    profile = load_profile(matrix.PROFILE)
-    scenarios = matrix.spec_scenarios(profile)
-    assert len(scenarios) == 2 * len(matrix.DEPTHS)
-    for depth in matrix.DEPTHS:
+    profile = load_profile(PROFILE)
+    scenarios = spec_scenarios(profile)
+    assert len(scenarios) == 2 * len(DEPTHS)
+    for depth in DEPTHS:
         argv, env = scenarios[f"d{depth}"]
         # The flags witness appends a scenario to the profile's flags; argparse keeps the last value.
         launched = profile.server_args("/m") + argv
@@ -89,7 +92,7 @@ def test_a_cell_passes_only_when_every_part_passed():
 
 
 def test_a_cell_that_could_not_run_everything_fails_only_where_ci_requires_it():
-    from sglpatch.records import failing
+    from sglpatch.matrix.records import failing
 
     assert failing(_record("0.5.14", "build", FAILED))
     for outcome in (PARTIAL, SKIPPED):
@@ -128,7 +131,7 @@ def _pristine_attention(pin, dest: Path) -> Path:
 @pytest.mark.network
 @pytest.mark.parametrize("version", [pin.version for pin in PINS.pins])
 def test_every_pin_compiles_the_multi_step_metadata_kernel_from_depth_4(version, tmp_path):
-    threshold, evidence = matrix.multi_step_kernel_threshold(_pristine_attention(PINS.select([version])[0], tmp_path))
+    threshold, evidence = multi_step_kernel_threshold(_pristine_attention(PINS.select([version])[0], tmp_path))
     assert threshold == 4, evidence
     assert "speculative_num_steps > 3" in evidence
 
@@ -138,7 +141,7 @@ def test_every_pin_compiles_the_multi_step_metadata_kernel_from_depth_4(version,
 def test_spec_cells_build_the_multi_step_kernel_from_depth_4_and_it_fails_pristine_where_it_was_patched(
     version, project_copy
 ):
-    deep = matrix.run_cpu_cell(project_copy, matrix.Cell("cpu", "spec", version, 4))
+    deep = run_cpu_cell(project_copy, Cell("cpu", "spec", version, 4))
     shallow = read_records(project_copy.build_dir / "matrix" / "records")
     assert deep.tree and deep.series_hash == project_copy.series().digest()
     parts = {part.name: part for part in deep.parts}
@@ -148,7 +151,7 @@ def test_spec_cells_build_the_multi_step_kernel_from_depth_4_and_it_fails_pristi
     assert pristine.outcome == PASSED, pristine
     assert ("expected bug" if version < GUARD_FIXED_UPSTREAM else "expected clean") in pristine.detail
     assert deep.figures["multi_step_kernel"] is True
-    depth3 = matrix.run_cpu_cell(project_copy, matrix.Cell("cpu", "spec", version, 3))
+    depth3 = run_cpu_cell(project_copy, Cell("cpu", "spec", version, 3))
     assert depth3.figures["multi_step_kernel"] is False
     assert not [p for p in depth3.parts if p.name.startswith("HIP build")]
     assert any(p.name.startswith("multi-step metadata kernel not used") and p.outcome == PASSED for p in depth3.parts)
@@ -166,7 +169,7 @@ def _ran(part: Part) -> Part:
 @pytest.mark.network
 @pytest.mark.parametrize("version", ["0.5.10", "0.5.23"])
 def test_build_cell_compiles_the_touched_kernel_and_imports_the_patched_pin(version, project_copy):
-    record = matrix.run_cpu_cell(project_copy, matrix.Cell("cpu", "build", version))
+    record = run_cpu_cell(project_copy, Cell("cpu", "build", version))
     assert record.figures["kernels"] == ["fused_metadata_copy.cuh"]
     compile_part = next(p for p in record.parts if p.name.startswith("HIP build"))
     assert compile_part.outcome == PASSED, compile_part
@@ -222,7 +225,7 @@ def test_the_rocm_build_check_finds_the_kernel_loaders_in_every_layout(version, 
 
 @pytest.mark.network
 def test_load_cell_resolves_the_synthetic_glm_checkpoint_on_the_patched_pin_and_not_on_the_pristine(project_copy, tmp_path):
-    record = matrix.run_cpu_cell(project_copy, matrix.Cell("cpu", "load", "0.5.14"))
+    record = run_cpu_cell(project_copy, Cell("cpu", "load", "0.5.14"))
     parts = {part.name.split(" (")[0]: part for part in record.parts}
     witness = _ran(parts["MTP load witness"])
     assert witness.outcome == PASSED, witness
@@ -232,7 +235,7 @@ def test_load_cell_resolves_the_synthetic_glm_checkpoint_on_the_patched_pin_and_
 
     # The same checkpoint on the pristine release: the bring-up's half-width MXFP4 slot.
     put = prepare_pin(project_copy, "0.5.14")
-    part, _ = matrix.synthetic_checkpoint_part(put, put.pristine_commit)
+    part, _ = synthetic_checkpoint_part(put, put.pristine_commit)
     assert part.outcome == FAILED, part
     assert "shape-mismatch" in part.detail
 
@@ -241,7 +244,7 @@ def test_load_cell_resolves_the_synthetic_glm_checkpoint_on_the_patched_pin_and_
 
 
 def test_a_probe_child_that_hung_or_ran_past_its_limit_is_transient_and_a_reported_failure_is_not():
-    from sglpatch import probe_runs
+    from sglpatch.witnesses import probe_runs
 
     hung = probe_runs.ProbeRun({}, {}, "the CPU probe runner for 0.5.23 hung in 'mtp: build' and was killed after 540 s", 540.0)
     assert hung.transient("mtp") and hung.failure("mtp")
@@ -278,9 +281,9 @@ def test_the_checkpoint_part_cannot_pass_when_a_module_it_checks_is_missing_from
 def test_a_cpu_cells_key_follows_the_toolchain_the_profile_and_the_built_environment(monkeypatch):
     from types import SimpleNamespace
 
-    from sglpatch import cpu_envs
     from sglpatch.matrix import cpu
     from sglpatch.matrix.cells import Cell
+    from sglpatch.witnesses import cpu_envs
     from sglpatch.witnesses import rocm_guard
 
     put = SimpleNamespace(pin=REAL_PINS.newest, patched_tree="p" * 40, pristine_tree="q" * 40)

@@ -25,11 +25,11 @@ import pytest
 
 from conftest import AUTHOR_ENV, REPO_ROOT, git
 from docker_engine import EngineCannotStart, host_python, local_engine, standin_base_image
-from sglpatch import matrix
+from sglpatch.apply.pin_under_test import prepare_pin
 from sglpatch.matrix import job_plan, plan, rocm_judge
-from sglpatch.pin_under_test import prepare_pin
-from sglpatch.project import Project
-from sglpatch.records import FAILED, PASSED, SKIPPED
+from sglpatch.matrix.cells import Cell
+from sglpatch.matrix.records import FAILED, PASSED, SKIPPED
+from sglpatch.plumbing.project import Project
 from sglpatch.rocm import constants, containers, image
 from sglpatch.rocm.job import run_job, run_rocm_cell
 from sglpatch.rocm.options import RocmOptions
@@ -201,7 +201,7 @@ def test_rocm_cell_runs_against_the_engine_and_records_the_image(engine, project
     stand-in has no Python, so the check itself must fail -- and say so -- rather than pass."""
     options = RocmOptions(base_image=standin, gpu=False, network="none", cell_timeout=120)
     monkeypatch.setattr(containers, "connect", lambda base_url=None, timeout=600: engine)
-    record = run_rocm_cell(project, matrix.Cell("rocm", "build", PIN), options, on_log=lambda line: None)
+    record = run_rocm_cell(project, Cell("rocm", "build", PIN), options, on_log=lambda line: None)
     assert record.image_digest.startswith("sha256:")
     assert record.image_digest == engine.images.get(image.PatchedImage(
         standin, PIN, record.series_version, record.series_hash, ()).tag).id
@@ -218,7 +218,7 @@ def test_rocm_cell_runs_against_the_engine_and_records_the_image(engine, project
 
 def test_rocm_cells_skip_with_the_reason_where_there_is_no_engine(project, tmp_path):
     options = RocmOptions(gpu=False, docker_url=f"unix://{tmp_path}/no-engine.sock")
-    record = run_rocm_cell(project, matrix.Cell("rocm", "spec", PIN, 5), options, on_log=lambda line: None)
+    record = run_rocm_cell(project, Cell("rocm", "spec", PIN, 5), options, on_log=lambda line: None)
     assert record.outcome == SKIPPED
     assert "no docker engine" in record.reason
 
@@ -226,7 +226,7 @@ def test_rocm_cells_skip_with_the_reason_where_there_is_no_engine(project, tmp_p
 def test_rocm_cells_skip_with_the_reason_where_there_is_no_gpu(project):
     if constants.KFD.exists():
         pytest.skip("this machine has /dev/kfd: the no-GPU skip cannot be observed here")
-    record = run_rocm_cell(project, matrix.Cell("rocm", "load", PIN), RocmOptions(), on_log=lambda l: None)
+    record = run_rocm_cell(project, Cell("rocm", "load", PIN), RocmOptions(), on_log=lambda l: None)
     assert record.outcome == SKIPPED
     assert "/dev/kfd" in record.reason
 
@@ -247,7 +247,7 @@ def test_sglpatch_image_builds_the_patched_image_and_prints_its_tag_and_labels(e
 def test_apply_into_the_checkout_of_the_standin_image(engine, project, standin, tmp_path):
     """The released image's checkout, taken out of a container of the stand-in image, takes the
     series as commits with apply --into, as it would inside a running container."""
-    from sglpatch.into import apply_into
+    from sglpatch.apply.into import apply_into
 
     container = engine.containers.create(standin, ["true"], labels={constants.LABEL_OWNER: constants.OWNER})
     try:
@@ -463,7 +463,7 @@ def test_a_spec_cell_alone_starts_its_baselines_once_then_reuses_them(engine, pr
     state = project.build_dir / "matrix" / "rocm-state" / PIN
     for old in state.glob("baseline-*.json"):
         old.unlink()
-    cell = matrix.Cell("rocm", "spec", PIN, 5)
+    cell = Cell("rocm", "spec", PIN, 5)
     first = run_rocm_cell(project, cell, options, on_log=lambda line: None)
     assert first.outcome == PASSED, first.parts
     launches = job_plan.Launches(str(model))

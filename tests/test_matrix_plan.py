@@ -16,10 +16,10 @@ import yaml
 from conftest import REPO_ROOT
 from sglpatch.matrix import job_plan, plan, workflow
 from sglpatch.matrix.cells import PROFILE
-from sglpatch.profile import load_profile
-from sglpatch.project import Project
+from sglpatch.plumbing.project import Project
 from sglpatch.rocm import constants
 from sglpatch.rocm.constants import ROCM_GPU
+from sglpatch.serving.profile import load_profile
 
 WORKFLOW = REPO_ROOT / ".github" / "workflows" / "matrix.yml"
 PROJECT = Project(REPO_ROOT)

@@ -8,16 +8,16 @@ from pathlib import Path
 
 import pytest
 
-from sglpatch import matrix
 from sglpatch.matrix import job_plan, rocm_judge
-from sglpatch.records import FAILED, PASSED, CellRecord
+from sglpatch.matrix.cells import Cell, DEPTHS
+from sglpatch.matrix.records import FAILED, PASSED, CellRecord
 from sglpatch.rocm import constants, containers, image
 from sglpatch.rocm.containers import ContainerRun
 from sglpatch.rocm.job import run_job
 from sglpatch.rocm.options import IMAGE_ENV, RocmOptions
 
 
-def _judge(cell: matrix.Cell, figures: dict | None, exit_code: int = 0, **run) -> CellRecord:
+def _judge(cell: Cell, figures: dict | None, exit_code: int = 0, **run) -> CellRecord:
     record = CellRecord(cell.tier, cell.check, cell.pin, cell.depth, "2", "ab" * 32, "skipped")
     log = "server log line\n" + (json.dumps(figures) if figures is not None else "Traceback: boom")
     rocm_judge.judge(cell, ContainerRun(exit_code, log, **run), record)
@@ -38,7 +38,7 @@ def _outcomes(record: CellRecord) -> dict[str, str]:
 
 
 def test_a_healthy_deep_spec_server_passes_every_part():
-    record = _judge(matrix.Cell("rocm", "spec", "0.5.14", 5), _spec_figures())
+    record = _judge(Cell("rocm", "spec", "0.5.14", 5), _spec_figures())
     assert set(_outcomes(record).values()) == {PASSED}, record.parts
     assert record.gpu == "AMD Instinct MI355X"
     assert record.figures["decode_ratio_vs_plain"] == round(205 / 80, 3)
@@ -47,7 +47,7 @@ def test_a_healthy_deep_spec_server_passes_every_part():
 def test_a_missing_rocm_guard_shows_as_collapsed_decode_speed_and_fails():
     # The bring-up: the failed compile is retried every step, decode drops ~30x: far below the
     # non-speculative decode (6.5 / 80 = x0.08, floor x0.5).
-    record = _judge(matrix.Cell("rocm", "spec", "0.5.14", 5), _spec_figures(decode_tok_s=6.5))
+    record = _judge(Cell("rocm", "spec", "0.5.14", 5), _spec_figures(decode_tok_s=6.5))
     assert _outcomes(record)[rocm_judge.COLLAPSE_PART] == FAILED
     detail = next(part.detail for part in record.parts if part.name == rocm_judge.COLLAPSE_PART)
     assert "6.5 tok/s at depth 5 vs 80.0 without speculative decoding (x0.08" in detail
@@ -55,7 +55,7 @@ def test_a_missing_rocm_guard_shows_as_collapsed_decode_speed_and_fails():
 
 def test_depth_3_is_judged_against_the_non_speculative_decode_measured_on_its_own_server():
     # Depth 3 at 30 tok/s: against itself it would be x1.0; against the plain decode (80) it is x0.38.
-    record = _judge(matrix.Cell("rocm", "spec", "0.5.14", 3), _spec_figures(decode_tok_s=30.0, accept_length=3.6))
+    record = _judge(Cell("rocm", "spec", "0.5.14", 3), _spec_figures(decode_tok_s=30.0, accept_length=3.6))
     assert _outcomes(record)[rocm_judge.COLLAPSE_PART] == FAILED
     assert record.figures["decode_ratio_vs_plain"] == round(30 / 80, 3)
     groups = job_plan.job_groups([job_plan.Item("spec", 3)])
@@ -67,31 +67,31 @@ def test_depth_3_is_judged_against_the_non_speculative_decode_measured_on_its_ow
 
 def test_accept_length_is_judged_against_the_floor_of_its_depth():
     floor = rocm_judge.ACCEPT_LENGTH_FLOORS[6]
-    low = _judge(matrix.Cell("rocm", "spec", "0.5.14", 6), _spec_figures(accept_length=floor - 0.01))
+    low = _judge(Cell("rocm", "spec", "0.5.14", 6), _spec_figures(accept_length=floor - 0.01))
     assert _outcomes(low)[f"accept length at least {floor}"] == FAILED
-    missing = _judge(matrix.Cell("rocm", "spec", "0.5.14", 6), _spec_figures(accept_length=None))
+    missing = _judge(Cell("rocm", "spec", "0.5.14", 6), _spec_figures(accept_length=None))
     assert _outcomes(missing)[f"accept length at least {floor}"] == FAILED
-    assert sorted(rocm_judge.ACCEPT_LENGTH_FLOORS) == list(matrix.DEPTHS)
-    assert all(rocm_judge.ACCEPT_LENGTH_FLOORS[d] < d + 1 for d in matrix.DEPTHS)  # at most d + 1 per step
+    assert sorted(rocm_judge.ACCEPT_LENGTH_FLOORS) == list(DEPTHS)
+    assert all(rocm_judge.ACCEPT_LENGTH_FLOORS[d] < d + 1 for d in DEPTHS)  # at most d + 1 per step
 
 
 def test_the_depth_5_floor_is_sglangs_own_amd_ci_figure_and_the_others_follow_from_it():
     assert rocm_judge.ACCEPT_LENGTH_FLOORS[5] == 5.0
-    floors = [rocm_judge.ACCEPT_LENGTH_FLOORS[d] for d in matrix.DEPTHS]
+    floors = [rocm_judge.ACCEPT_LENGTH_FLOORS[d] for d in DEPTHS]
     assert floors == sorted(floors) and floors[0] > 1.0
-    at_ci = _judge(matrix.Cell("rocm", "spec", "0.5.23", 5), _spec_figures(accept_length=4.99))
+    at_ci = _judge(Cell("rocm", "spec", "0.5.23", 5), _spec_figures(accept_length=4.99))
     assert _outcomes(at_ci)["accept length at least 5.0"] == FAILED
 
 
 def test_greedy_outputs_that_diverge_from_the_non_speculative_run_fail():
-    record = _judge(matrix.Cell("rocm", "spec", "0.5.14", 5), _spec_figures(prefix_match=[1.0, 0.2, 0.3, 0.5], exact_match=1))
+    record = _judge(Cell("rocm", "spec", "0.5.14", 5), _spec_figures(prefix_match=[1.0, 0.2, 0.3, 0.5], exact_match=1))
     assert _outcomes(record)["greedy outputs against the non-speculative run"] == FAILED
-    same = _judge(matrix.Cell("rocm", "spec", "0.5.14", 5), _spec_figures())
+    same = _judge(Cell("rocm", "spec", "0.5.14", 5), _spec_figures())
     assert _outcomes(same)["greedy outputs against the non-speculative run"] == PASSED
 
 
 def test_a_burst_with_a_lost_request_and_a_shape_mismatch_fail():
-    record = _judge(matrix.Cell("rocm", "spec", "0.5.14", 3), _spec_figures(
+    record = _judge(Cell("rocm", "spec", "0.5.14", 3), _spec_figures(
         burst_completed=31, burst_errors=["TimeoutError"],
         mismatch_lines=["RuntimeError: size mismatch for model.decoder.mlp.shared_experts.gate_up_proj"]))
     outcomes = _outcomes(record)
@@ -100,20 +100,20 @@ def test_a_burst_with_a_lost_request_and_a_shape_mismatch_fail():
 
 
 def test_load_fails_when_the_server_never_becomes_healthy_or_prints_nothing():
-    sick = _judge(matrix.Cell("rocm", "load", "0.5.14"), {"healthy_s": None, "mismatch_lines": [], "error": "exit 1"})
+    sick = _judge(Cell("rocm", "load", "0.5.14"), {"healthy_s": None, "mismatch_lines": [], "error": "exit 1"})
     assert _outcomes(sick)["server healthy"] == FAILED
-    silent = _judge(matrix.Cell("rocm", "load", "0.5.14"), None, exit_code=1)
+    silent = _judge(Cell("rocm", "load", "0.5.14"), None, exit_code=1)
     assert [p.outcome for p in silent.parts] == [FAILED] and "no figures" in silent.parts[0].detail
-    killed = _judge(matrix.Cell("rocm", "load", "0.5.14"), None, exit_code=None, timed_out=True)
+    killed = _judge(Cell("rocm", "load", "0.5.14"), None, exit_code=None, timed_out=True)
     assert killed.parts[0].detail == "timed out"
 
 
 def test_build_passes_only_when_every_loader_compiled():
-    ok = _judge(matrix.Cell("rocm", "build", "0.5.14"), {"kernels": {"m._jit_a(0,)": "", "m._jit_b()": ""}, "gpu": "x"})
+    ok = _judge(Cell("rocm", "build", "0.5.14"), {"kernels": {"m._jit_a(0,)": "", "m._jit_b()": ""}, "gpu": "x"})
     assert [p.outcome for p in ok.parts] == [PASSED]
-    bad = _judge(matrix.Cell("rocm", "build", "0.5.14"), {"kernels": {"m._jit_a(0,)": "fatal error: 'cuda_runtime.h'"}}, exit_code=1)
+    bad = _judge(Cell("rocm", "build", "0.5.14"), {"kernels": {"m._jit_a(0,)": "fatal error: 'cuda_runtime.h'"}}, exit_code=1)
     assert [p.outcome for p in bad.parts] == [FAILED]
-    nothing = _judge(matrix.Cell("rocm", "build", "0.5.14"), {"kernels": {}})
+    nothing = _judge(Cell("rocm", "build", "0.5.14"), {"kernels": {}})
     assert [p.outcome for p in nothing.parts] == [FAILED]
 
 
@@ -170,7 +170,7 @@ def _scratch_project(tmp_path):
     import shutil
 
     from conftest import REPO_ROOT
-    from sglpatch.project import Project
+    from sglpatch.plumbing.project import Project
 
     for part in ("upstream", "patches"):
         shutil.copytree(REPO_ROOT / part, tmp_path / part)
@@ -179,7 +179,7 @@ def _scratch_project(tmp_path):
 
 
 def test_a_job_without_a_docker_engine_records_every_cell_skipped_with_the_reason(tmp_path):
-    from sglpatch.records import SKIPPED, read_records
+    from sglpatch.matrix.records import SKIPPED, read_records
 
     project = _scratch_project(tmp_path)
     options = RocmOptions(gpu=False, docker_url=f"unix://{tmp_path}/no-engine.sock")
@@ -195,7 +195,7 @@ def test_a_job_without_a_docker_engine_records_every_cell_skipped_with_the_reaso
 
 
 def test_a_job_without_dev_kfd_skips_the_matrix_and_the_bench_with_the_reason(tmp_path):
-    from sglpatch.records import SKIPPED
+    from sglpatch.matrix.records import SKIPPED
 
     if constants.KFD.exists():
         import pytest
@@ -230,7 +230,7 @@ def test_a_server_that_never_came_up_fails_every_check_of_its_group_with_what_it
     report = {"healthy_s": None, "error": "the server exited with 1", "gpu": "AMD Instinct MI355X",
               "mismatch_lines": ["RuntimeError: size mismatch for model.decoder.mlp.shared_experts.gate_up_proj"]}
     record = CellRecord("rocm", "spec", "0.5.14", 5, "2", "ab" * 32, "skipped")
-    rocm_judge.judge_figures(matrix.Cell("rocm", "spec", "0.5.14", 5), dict(report), record)
+    rocm_judge.judge_figures(Cell("rocm", "spec", "0.5.14", 5), dict(report), record)
     outcomes = _outcomes(record)
     assert outcomes["server healthy"] == FAILED and outcomes["no shape mismatch in the server log"] == FAILED
     assert PASSED not in outcomes.values() and record.gpu == "AMD Instinct MI355X"
@@ -382,7 +382,7 @@ def test_a_failed_compile_of_the_metadata_kernel_fails_load_and_spec_and_a_repea
     for check, depth in (("spec", 5), ("load", None)):
         figures = {**_spec_figures(), **findings, "generate": "x", "flags_asked": {}}
         record = CellRecord("rocm", check, "0.5.14", depth, "2", "ab" * 32, "skipped")
-        rocm_judge.judge_figures(matrix.Cell("rocm", check, "0.5.14", depth), figures, record, synthetic=True)
+        rocm_judge.judge_figures(Cell("rocm", check, "0.5.14", depth), figures, record, synthetic=True)
         part = next(p for p in record.parts if p.name == rocm_judge.COMPILE_PART)
         assert part.outcome == FAILED and "3 failed compile(s) (retried: the failure is not cached)" in part.detail
     assert serve_check.log_findings("all fine")["compile_failures"] == 0
@@ -391,14 +391,14 @@ def test_a_failed_compile_of_the_metadata_kernel_fails_load_and_spec_and_a_repea
 def test_on_the_synthetic_checkpoint_accept_length_and_greedy_agreement_are_recorded_not_judged():
     figures = _spec_figures(accept_length=1.02, prefix_match=[0.1, 0.3], exact_match=0, compile_failures=0)
     record = CellRecord("rocm", "spec", "0.5.14", 6, "2", "ab" * 32, "skipped")
-    rocm_judge.judge_figures(matrix.Cell("rocm", "spec", "0.5.14", 6), figures, record, synthetic=True)
+    rocm_judge.judge_figures(Cell("rocm", "spec", "0.5.14", 6), figures, record, synthetic=True)
     assert set(_outcomes(record).values()) == {PASSED}, record.parts
     assert not any(p.name.startswith(("accept length", "greedy outputs")) for p in record.parts)
     assert record.figures["accept_length"] == 1.02 and record.figures["prefix_match_mean"] == 0.2
     assert record.figures["not_judged"] == ["accept_length", "prefix_match"] and record.figures["checkpoint"] == "synthetic"
     # The same figures on the full model fail both.
     full = CellRecord("rocm", "spec", "0.5.14", 6, "2", "ab" * 32, "skipped")
-    rocm_judge.judge_figures(matrix.Cell("rocm", "spec", "0.5.14", 6), dict(figures), full)
+    rocm_judge.judge_figures(Cell("rocm", "spec", "0.5.14", 6), dict(figures), full)
     assert [p.name for p in full.parts if p.outcome == FAILED] == [
         "greedy outputs against the non-speculative run", f"accept length at least {rocm_judge.ACCEPT_LENGTH_FLOORS[6]}"]
 
@@ -446,7 +446,7 @@ def test_the_pins_own_sglang_builds_the_rocm_checkpoints_draft_wrong_until_patch
     probe, gfx950 emulated): the draft layer's modules, their quant methods and how their tensors
     load. What only the ROCm runner adds is the server around it."""
     from conftest import REAL_PINS, apply_rendition, pristine_subtree, skip_unless_required
-    from sglpatch import cpu_envs
+    from sglpatch.witnesses import cpu_envs
     from sglpatch.witnesses import mtp_exclude
 
     pin = REAL_PINS.select([version])[0]

@@ -13,10 +13,11 @@ from pathlib import Path
 import pytest
 
 from conftest import BASE_FILES, TextWitness, format_patch, make_wheel, pin_entry, tree_files
-from sglpatch.checkouts import checkout_commit
-from sglpatch.gitcmd import git_out, run_git
-from sglpatch.rebase import moved_definitions, rebase_onto
+from sglpatch.apply.checkouts import checkout_commit
+from sglpatch.plumbing.gitcmd import git_out, run_git
+from sglpatch.rebase import moved_definitions
 from sglpatch.rebase.merge_tools import FIXED_COMMIT_ENV, wiggle_available
+from sglpatch.rebase.onto import rebase_onto
 from sglpatch.rebase.trial import Trial
 from sglpatch.witnesses import registry
 

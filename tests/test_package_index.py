@@ -18,10 +18,10 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO_ROOT
-from sglpatch import package_index as index
-from sglpatch import index_listing
-from sglpatch.errors import SglpatchError
-from sglpatch.apply_pins import apply_series
+from sglpatch.apply.apply_pins import apply_series
+from sglpatch.plumbing.errors import SglpatchError
+from sglpatch.sources import index_listing
+from sglpatch.sources import package_index as index
 
 def _simple_index(folder, artifacts):
     """A PEP 503 index on disk, as a mirror (devpi, a file:// mirror) serves it."""
@@ -153,8 +153,8 @@ def test_the_repository_names_no_registry_host_that_pip_or_apt_here_use():
 
 @pytest.mark.network
 def test_the_configured_index_lists_the_pinned_artifacts():
-    from sglpatch import index_listing
-    from sglpatch.pins import load_pins
+    from sglpatch.sources import index_listing
+    from sglpatch.sources.pins import load_pins
 
     entries = index_listing.index_entries()
     for pin in load_pins(REPO_ROOT / "upstream" / "pins.toml").pins:

@@ -12,7 +12,7 @@ import re
 import pytest
 
 from conftest import REAL_PINS, REPO_ROOT, one_pin_per_rendition, read_only_tree, skip_unless_required
-from sglpatch.series import load_series
+from sglpatch.series.patches import load_series
 from sglpatch.witnesses import rocm_flags
 
 PATCH = "0003-amd-glm5-mi355x-aiter-allreduce-fusion-fp8-kv-default.patch"

@@ -8,8 +8,8 @@ import dataclasses
 import pytest
 
 from conftest import REPO_ROOT
-from sglpatch.errors import SglpatchError
-from sglpatch.pins import load_pins, with_pin, without_pin
+from sglpatch.plumbing.errors import SglpatchError
+from sglpatch.sources.pins import load_pins, with_pin, without_pin
 
 
 def test_shipped_pins_span_0_5_10_to_the_newest_release_with_sdists_then_wheels():

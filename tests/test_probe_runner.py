@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from conftest import REAL_PINS, skip_unless_required
-from sglpatch import cpu_envs, probe_children, probe_runs
+from sglpatch.witnesses import cpu_envs, probe_children, probe_runs
 from sglpatch.witnesses import probing
 from sglpatch.witnesses.results import CLEAN, UNAVAILABLE, WitnessResult
 

@@ -7,9 +7,9 @@ import time
 
 import pytest
 
-from sglpatch import gitcmd
-from sglpatch.errors import SglpatchError, Unavailable
-from sglpatch.processes import run_tool, run_tool_lines
+from sglpatch.plumbing import gitcmd
+from sglpatch.plumbing.errors import SglpatchError, Unavailable
+from sglpatch.plumbing.processes import run_tool, run_tool_lines
 
 
 def test_a_tool_that_hangs_is_named_not_a_traceback():

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from sglpatch.errors import SglpatchError
-from sglpatch.profile import load_profile, profile_names
+from sglpatch.plumbing.errors import SglpatchError
+from sglpatch.serving.profile import load_profile, profile_names
 
 
 def test_glm_profile_carries_every_flag_the_bring_up_needed():

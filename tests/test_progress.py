@@ -9,8 +9,8 @@ import sys
 
 import pytest
 
-from sglpatch import progress
-from sglpatch.apply_pins import apply_series
+from sglpatch.apply.apply_pins import apply_series
+from sglpatch.plumbing import progress
 
 
 class _Terminal(io.StringIO):
@@ -114,7 +114,7 @@ def test_the_cpu_tier_says_each_cell_and_counts_the_pins_as_workers_finish(fake_
 
 def test_one_cpu_cell_is_a_step_that_ends_with_its_outcome(fake_project, monkeypatch, capsys):
     from sglpatch.matrix import cpu
-    from sglpatch.records import PASSED, CellRecord
+    from sglpatch.matrix.records import PASSED, CellRecord
 
     record = CellRecord("cpu", "spec", "0.5.14", 5, "1", "abc", PASSED)
     record.cached = True

@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 
 from conftest import REAL_PINS, one_pin_per_rendition, read_only_tree, skip_unless_required
-from sglpatch import cpu_envs
-from sglpatch.errors import SglpatchError
-from sglpatch.quark_config import SHARED_EXPERT_FUSION, add_mtp_aliases, decoder_name, decoder_pattern
+from sglpatch.plumbing.errors import SglpatchError
+from sglpatch.serving.quark_config import SHARED_EXPERT_FUSION, add_mtp_aliases, decoder_name, decoder_pattern
+from sglpatch.witnesses import cpu_envs
 
 EXCLUDE = [
     "lm_head",

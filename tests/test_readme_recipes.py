@@ -19,8 +19,9 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO_ROOT, git, skip_unless_required
-from sglpatch import cache, sources
-from sglpatch.pins import load_pins
+from sglpatch.plumbing import cache
+from sglpatch.sources import pristine_tree
+from sglpatch.sources.pins import load_pins
 
 pytestmark = pytest.mark.network
 README = (REPO_ROOT / "README.md").read_text()
@@ -102,7 +103,7 @@ def _the_fix(tree: Path) -> None:
 def _clone_with_history(home: Path) -> str:
     """~/sglang: the 0.5.23 release's files tagged v0.5.23, then a later upstream commit on main."""
     pin = load_pins(REPO_ROOT / "upstream" / "pins.toml").select(["0.5.23"])[0]
-    pristine = sources.pristine_from_index(pin)
+    pristine = pristine_tree.pristine_from_index(pin)
     repo = home / "sglang"
     git(home, "clone", "-q", str(pristine.repo), str(repo))
     git(repo, "checkout", "-q", "-b", "main", pristine.commit)

@@ -10,11 +10,11 @@ import pytest
 from packaging.version import Version
 
 from conftest import REPO_ROOT, git
-from sglpatch import index_listing, sources
-from sglpatch.pins import load_pins
-from sglpatch.apply_pins import apply_series
-from sglpatch.series import load_series
-from sglpatch.watch import index_releases
+from sglpatch.apply.apply_pins import apply_series
+from sglpatch.series.patches import load_series
+from sglpatch.sources import index_listing, pristine_tree
+from sglpatch.sources.pins import load_pins
+from sglpatch.upstream.watch import index_releases
 
 PINS = load_pins(REPO_ROOT / "upstream" / "pins.toml")
 
@@ -24,7 +24,7 @@ pytestmark = pytest.mark.network
 @pytest.mark.parametrize("version", [pin.version for pin in PINS.pins])
 def test_pristine_tree_of_the_real_release_is_upstream_layout(version):
     pin = PINS.select([version])[0]
-    pristine = sources.pristine_from_index(pin)
+    pristine = pristine_tree.pristine_from_index(pin)
     files = git(pristine.repo, "ls-tree", "-r", "--name-only", pristine.commit).splitlines()
     assert "python/sglang/__init__.py" in files
     assert any(f.endswith("/fused_metadata_copy.cuh") for f in files)

@@ -13,16 +13,16 @@ import zipfile
 import pytest
 
 from conftest import BASE_FILES, REPO_ROOT, TextWitness, example_lines, format_patch, make_wheel, pin_entry, tree_files
-from sglpatch import staged
-from sglpatch.errors import SglpatchError
-from sglpatch.lock import read_lock
-from sglpatch.pins import load_pins
-from sglpatch.project import Project
-from sglpatch.rebase import rebase_onto
+from sglpatch.apply import staged
+from sglpatch.plumbing.errors import SglpatchError
+from sglpatch.plumbing.project import Project
 from sglpatch.rebase.hand_port import refresh_hand_port
+from sglpatch.rebase.onto import rebase_onto
 from sglpatch.rebase.report import RebaseOutcome, RebaseReport
 from sglpatch.rebase.trial import Trial, candidates
-from sglpatch.series import load_series, spec_for
+from sglpatch.series.lock import read_lock
+from sglpatch.series.patches import load_series, spec_for
+from sglpatch.sources.pins import load_pins
 from sglpatch.witnesses import registry
 from sglpatch.witnesses.results import BUG, CLEAN, WitnessResult
 
@@ -59,7 +59,7 @@ def _import_with_this_python(self, commit, changed):
     import tempfile as _tempfile
     from pathlib import Path as _Path
 
-    from sglpatch.checkouts import checkout_commit
+    from sglpatch.apply.checkouts import checkout_commit
 
     tree = checkout_commit(self.repo, commit, _Path(_tempfile.mkdtemp(dir=self.scratch, prefix="imports-")))
     findings = []
@@ -217,7 +217,7 @@ def test_changed_context_git_merges_three_way_carries_over_with_its_applies_to_g
     lock = read_lock(fake_project.root / "series.lock")["pins"]
     assert [p["status"] for p in lock["0.3.0"]["patches"]] == ["applied-three-way"]
     assert [p["status"] for p in lock["0.2.0"]["patches"]] == ["applied"]
-    from sglpatch.check import check_series
+    from sglpatch.series.check import check_series
 
     project = fake_project.project
     assert check_series(project.patches_dir, project.pins()) == []
@@ -427,7 +427,7 @@ def test_spec_for_holds_exactly_the_given_pins():
 
 @pytest.mark.network
 def test_leave_one_out_copy_holds_no_file_made_for_the_release_it_left_out(tmp_path):
-    from sglpatch.leave_one_out import leave_out
+    from sglpatch.rebase.leave_one_out import leave_out
 
     done = leave_out(REPO_ROOT, "0.5.23", tmp_path / "copy")
     project = Project(tmp_path / "copy")
@@ -456,7 +456,7 @@ def test_leave_one_out_copy_holds_no_file_made_for_the_release_it_left_out(tmp_p
 
 @pytest.mark.network
 def test_a_release_left_out_whose_renditions_still_apply_is_ported_to_the_committed_tree_and_lock(tmp_path):
-    from sglpatch.leave_one_out import rebase_left_out
+    from sglpatch.rebase.leave_one_out import rebase_left_out
 
     row = rebase_left_out(REPO_ROOT, "0.5.12.post1", tmp_path)
     assert row["ported"] and row["written"] and row["identical"], row
@@ -472,7 +472,7 @@ def test_a_release_left_out_whose_renditions_still_apply_is_ported_to_the_commit
 def test_a_release_across_the_file_move_is_ported_by_the_merge_tools_from_its_neighbours(tmp_path):
     # 0.5.17 moved the settings into namespaces; no rendition made for it is in the copy, so both
     # 0002 and 0003 must be merged from 0.5.16's or 0.5.18's and pass the judge.
-    from sglpatch.leave_one_out import rebase_left_out
+    from sglpatch.rebase.leave_one_out import rebase_left_out
 
     row = rebase_left_out(REPO_ROOT, "0.5.17", tmp_path, write=False)
     assert row["ported"], row
@@ -487,7 +487,7 @@ def test_a_line_using_a_name_only_the_newer_release_has_is_written_as_the_older_
     # 0.5.22's 0003 calls attn_dp_enabled_of(view), which 0.5.22 added; wiggle merges it onto 0.5.21
     # and the judge refuses that name. The older rendition writes that line view.enable_dp_attention,
     # which 0.5.21 has: with it the port passes the judge and is the committed tree.
-    from sglpatch.leave_one_out import rebase_left_out
+    from sglpatch.rebase.leave_one_out import rebase_left_out
 
     row = rebase_left_out(REPO_ROOT, "0.5.21", tmp_path, write=False)
     assert row["ported"] and row["identical"], row
@@ -498,7 +498,7 @@ def test_a_line_using_a_name_only_the_newer_release_has_is_written_as_the_older_
 @pytest.mark.network
 def test_a_release_whose_code_was_rewritten_needs_a_hand_port_and_gets_a_prepared_tree(tmp_path):
     # 0.5.14 rewrote ServerArgs' fields as annotated ones: no tool merges 0003 there, and nothing is written.
-    from sglpatch.leave_one_out import rebase_left_out
+    from sglpatch.rebase.leave_one_out import rebase_left_out
 
     row = rebase_left_out(REPO_ROOT, "0.5.14", tmp_path, write=False)
     assert not row["ported"]

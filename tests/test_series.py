@@ -7,10 +7,10 @@ import subprocess
 import pytest
 
 from conftest import format_patch, tree_files
-from sglpatch.check import check_series
-from sglpatch.errors import SglpatchError
-from sglpatch.apply_pins import apply_series
-from sglpatch.series import load_series, parse_patch_file
+from sglpatch.apply.apply_pins import apply_series
+from sglpatch.plumbing.errors import SglpatchError
+from sglpatch.series.check import check_series
+from sglpatch.series.patches import load_series, parse_patch_file
 
 EXAMPLE = "python/sglang/srt/layers/example.py"
 
@@ -353,6 +353,6 @@ def test_an_origin_citing_a_file_outside_the_repository_is_reported(fake_project
 
 def test_the_shipped_series_has_no_problems():
     from conftest import REPO_ROOT
-    from sglpatch.pins import load_pins
+    from sglpatch.sources.pins import load_pins
 
     assert [str(p) for p in check_series(REPO_ROOT / "patches", load_pins(REPO_ROOT / "upstream" / "pins.toml"))] == []

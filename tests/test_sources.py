@@ -10,14 +10,14 @@ from pathlib import Path
 import pytest
 
 from conftest import BASE_FILES, git, make_sdist, make_wheel, pin_entry, sha256
-from sglpatch import sources
-from sglpatch.errors import SglpatchError
-from sglpatch.pins import load_pins
+from sglpatch.plumbing.errors import SglpatchError
+from sglpatch.sources import pristine_tree
+from sglpatch.sources.pins import load_pins
 
 
 def _pristine(project, version):
     pins = project.project.pins()
-    return sources.pristine_from_index(pins.select([version])[0])
+    return pristine_tree.pristine_from_index(pins.select([version])[0])
 
 
 def _tree_listing(repo: Path, commit: str) -> set[str]:
@@ -51,13 +51,13 @@ def test_pristine_commit_is_identical_across_separate_caches(fake_project, tmp_p
 @pytest.mark.parametrize("version", ["0.1.0", "0.2.0"])
 def test_release_files_hold_the_pristine_blobs_of_just_the_files_asked_for(fake_project, version):
     pin = fake_project.project.pins().select([version])[0]
-    assert sources.cached_pristine(pin) is None
+    assert pristine_tree.cached_pristine(pin) is None
     asked = ["python/sglang/srt/layers/example.py", "python/sglang/not_in_the_release.py"]
-    repo = sources.release_files(pin, asked)
-    assert sources.cached_pristine(pin) is None  # the whole tree was not imported
+    repo = pristine_tree.release_files(pin, asked)
+    assert pristine_tree.cached_pristine(pin) is None  # the whole tree was not imported
     assert _tree_listing(repo, "HEAD") == {asked[0]}
     pristine = _pristine(fake_project, version)
-    assert sources.cached_pristine(pin) == pristine.repo
+    assert pristine_tree.cached_pristine(pin) == pristine.repo
     assert git(repo, "rev-parse", f"HEAD:{asked[0]}") == git(pristine.repo, "rev-parse", f"{pristine.commit}:{asked[0]}")
 
 
@@ -146,10 +146,10 @@ def _build_in_process(args):
     import os
 
     os.environ["SGLPATCH_CACHE_DIR"] = cache
-    from sglpatch.project import Project
+    from sglpatch.plumbing.project import Project
 
     pins = Project(Path(root)).pins()
-    return sources.pristine_from_index(pins.pins[0]).commit
+    return pristine_tree.pristine_from_index(pins.pins[0]).commit
 
 
 def test_concurrent_builders_share_one_cache_entry(fake_project, cache_dir):
@@ -185,7 +185,7 @@ def _git_pin(fake_project, commit: str):
 def test_git_source_fetches_the_pinned_commit_and_checks_its_sha(fake_project, tmp_path):
     repo, tagged = _upstream_repo(tmp_path)
     pin = _git_pin(fake_project, tagged)
-    pristine = sources.pristine_from_git(pin, str(repo))
+    pristine = pristine_tree.pristine_from_git(pin, str(repo))
     assert pristine.commit == tagged
     assert git(pristine.repo, "ls-tree", "-r", "--name-only", tagged).split() == ["python/sglang/__init__.py"]
 
@@ -194,28 +194,28 @@ def test_git_source_refuses_a_commit_other_than_the_pinned_one(fake_project, tmp
     repo, tagged = _upstream_repo(tmp_path)
     pin = _git_pin(fake_project, "0" * 40)
     with pytest.raises(SglpatchError, match="cannot fetch 0{40} or tag v0.1.0|gave commit"):
-        sources.pristine_from_git(pin, str(repo))
+        pristine_tree.pristine_from_git(pin, str(repo))
 
 
 def test_git_source_needs_a_recorded_commit(fake_project, tmp_path):
     repo, _ = _upstream_repo(tmp_path)
     pin = load_pins(fake_project.root / "upstream" / "pins.toml").select(["0.1.0"])[0]
     with pytest.raises(SglpatchError, match="no commit is recorded"):
-        sources.pristine_from_git(pin, str(repo))
+        pristine_tree.pristine_from_git(pin, str(repo))
 
 
 def _counting_metadata_reads(monkeypatch) -> list[Path]:
     """The artifacts whose metadata is read out of the archive from now on, with an empty
     in-process memo (as a fresh process has)."""
     opened = []
-    real = sources._read_metadata
+    real = pristine_tree._read_metadata
 
     def counting(artifact: Path) -> str:
         opened.append(artifact)
         return real(artifact)
 
-    monkeypatch.setattr(sources, "_read_metadata", counting)
-    monkeypatch.setattr(sources, "_metadata_memo", {})
+    monkeypatch.setattr(pristine_tree, "_read_metadata", counting)
+    monkeypatch.setattr(pristine_tree, "_metadata_memo", {})
     return opened
 
 
@@ -223,35 +223,35 @@ def _counting_metadata_reads(monkeypatch) -> list[Path]:
 def test_artifact_metadata_is_read_once_per_artifact_hash(fake_project, cache_dir, monkeypatch, version, first_line):
     opened = _counting_metadata_reads(monkeypatch)
     pin = fake_project.project.pins().select([version])[0]
-    metadata = sources.pin_metadata(pin)
+    metadata = pristine_tree.pin_metadata(pin)
     assert metadata.splitlines()[0] == first_line
     assert len(opened) == 1
     # This process answers from its memo; the next from the cache entry, without the artifact:
     # it is neither fetched, hashed nor opened.
     (cache_dir / "artifacts" / pin.artifact).unlink()
-    assert sources.pin_metadata(pin) == metadata
-    monkeypatch.setattr(sources, "_metadata_memo", {})
-    monkeypatch.setattr(sources, "fetch_artifact", lambda *args, **kwargs: pytest.fail("the artifact was fetched"))
-    assert sources.pin_metadata(pin) == metadata
+    assert pristine_tree.pin_metadata(pin) == metadata
+    monkeypatch.setattr(pristine_tree, "_metadata_memo", {})
+    monkeypatch.setattr(pristine_tree, "fetch_artifact", lambda *args, **kwargs: pytest.fail("the artifact was fetched"))
+    assert pristine_tree.pin_metadata(pin) == metadata
     assert len(opened) == 1
 
 
 def test_artifact_metadata_by_path_uses_the_digest_fetch_checked(fake_project, cache_dir, monkeypatch):
     pin = fake_project.project.pins().select(["0.2.0"])[0]
-    artifact = sources.fetch_artifact(pin)
+    artifact = pristine_tree.fetch_artifact(pin)
     opened = _counting_metadata_reads(monkeypatch)
-    metadata = sources.artifact_metadata(artifact)
+    metadata = pristine_tree.artifact_metadata(artifact)
     assert (cache_dir / "metadata" / f"{pin.sha256}.json").is_file()
-    monkeypatch.setattr(sources, "_metadata_memo", {})
-    monkeypatch.setattr(sources, "file_sha256", lambda path: pytest.fail(f"{path} was hashed again"))
-    assert sources.artifact_metadata(artifact) == sources.pin_metadata(pin) == metadata
+    monkeypatch.setattr(pristine_tree, "_metadata_memo", {})
+    monkeypatch.setattr(pristine_tree, "file_sha256", lambda path: pytest.fail(f"{path} was hashed again"))
+    assert pristine_tree.artifact_metadata(artifact) == pristine_tree.pin_metadata(pin) == metadata
     assert opened == [artifact]
 
 
 def test_a_changed_artifact_hash_reads_the_metadata_again(fake_project, cache_dir, tmp_path, monkeypatch):
     opened = _counting_metadata_reads(monkeypatch)
     pin = fake_project.project.pins().select(["0.2.0"])[0]
-    sources.pin_metadata(pin)
+    pristine_tree.pin_metadata(pin)
     # The release re-pinned to another artifact under the same name, from another index.
     other_index = tmp_path / "other-index"
     other_index.mkdir()
@@ -260,7 +260,7 @@ def test_a_changed_artifact_hash_reads_the_metadata_again(fake_project, cache_di
     (cache_dir / "artifacts" / pin.artifact).unlink()
     repinned = dataclasses.replace(pin, sha256=sha256(rebuilt))
     assert repinned.sha256 != pin.sha256
-    sources.pin_metadata(repinned)
+    pristine_tree.pin_metadata(repinned)
     assert len(opened) == 2 and opened[1].name == pin.artifact
     assert {entry.stem for entry in (cache_dir / "metadata").glob("*.json")} == {pin.sha256, repinned.sha256}
 
@@ -268,19 +268,19 @@ def test_a_changed_artifact_hash_reads_the_metadata_again(fake_project, cache_di
 @pytest.mark.parametrize("damage", ["truncated", "text changed", "another artifact's entry"])
 def test_damaged_metadata_entry_is_read_again_from_the_artifact(fake_project, cache_dir, monkeypatch, damage):
     sdist, wheel = fake_project.project.pins().select(["0.1.0", "0.2.0"])
-    monkeypatch.setattr(sources, "_metadata_memo", {})
-    metadata = sources.pin_metadata(sdist)
+    monkeypatch.setattr(pristine_tree, "_metadata_memo", {})
+    metadata = pristine_tree.pin_metadata(sdist)
     entry = cache_dir / "metadata" / f"{sdist.sha256}.json"
     if damage == "truncated":
         entry.write_text(entry.read_text()[:20])
     elif damage == "text changed":
         entry.write_text(entry.read_text().replace("Name: sglang", "Name: other"))
     else:
-        sources.pin_metadata(wheel)
+        pristine_tree.pin_metadata(wheel)
         entry.write_bytes((cache_dir / "metadata" / f"{wheel.sha256}.json").read_bytes())
     opened = _counting_metadata_reads(monkeypatch)
-    assert sources.pin_metadata(sdist) == metadata
+    assert pristine_tree.pin_metadata(sdist) == metadata
     assert len(opened) == 1
-    monkeypatch.setattr(sources, "_metadata_memo", {})
-    assert sources.pin_metadata(sdist) == metadata
+    monkeypatch.setattr(pristine_tree, "_metadata_memo", {})
+    assert pristine_tree.pin_metadata(sdist) == metadata
     assert len(opened) == 1  # the entry was rebuilt whole

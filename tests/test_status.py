@@ -8,11 +8,12 @@ import shutil
 import pytest
 
 from conftest import BASE_FILES, format_patch, git, make_wheel, pin_entry, tree_files
-from sglpatch import cli, suggest, suggest_write
-from sglpatch.errors import SglpatchError
-from sglpatch.lock import read_lock
-from sglpatch.apply_pins import apply_series
-from sglpatch.series import parse_patch_file
+from sglpatch import cli
+from sglpatch.apply.apply_pins import apply_series
+from sglpatch.plumbing.errors import SglpatchError
+from sglpatch.series.lock import read_lock
+from sglpatch.series.patches import parse_patch_file
+from sglpatch.upstream import suggest, suggest_write
 
 KERNEL = "python/sglang/jit_kernel/csrc/kernel.cuh"
 

@@ -12,9 +12,10 @@ import os
 import pytest
 
 from conftest import BASE_FILES, TextWitness, example_lines, format_patch, git, make_wheel, pin_entry, tree_files
-from sglpatch import cli, staged
-from sglpatch.errors import SglpatchError
-from sglpatch.apply_pins import apply_series
+from sglpatch import cli
+from sglpatch.apply import staged
+from sglpatch.apply.apply_pins import apply_series
+from sglpatch.plumbing.errors import SglpatchError
 
 EXAMPLE = "python/sglang/srt/layers/example.py"
 STEM = "0001-example"

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from sglpatch import upstream_body, upstream_split
-from sglpatch.errors import SglpatchError
+from sglpatch.plumbing.errors import SglpatchError
+from sglpatch.upstream import upstream_body, upstream_split
 from sglpatch.witnesses.results import BUG, CLEAN, WitnessResult
 
 MESSAGE = """Problem: the draft fails to load.

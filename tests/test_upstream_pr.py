@@ -10,8 +10,8 @@ import sys
 from pathlib import Path
 
 from conftest import TEST_WITNESSES, TextWitness, example_lines, format_patch, git, tree_files
-from sglpatch import upstream_pr
-from sglpatch.errors import SglpatchError
+from sglpatch.plumbing.errors import SglpatchError
+from sglpatch.upstream import upstream_pr
 from sglpatch.witnesses import registry
 from sglpatch.witnesses.results import BUG, CLEAN, WitnessResult
 from sglpatch.witnesses.upstream_test import UpstreamTestWitness

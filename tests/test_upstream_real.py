@@ -10,8 +10,9 @@ import re
 import pytest
 
 from conftest import REAL_PINS, REPO_ROOT, git
-from sglpatch import sources, upstream_pr
-from sglpatch.project import Project
+from sglpatch.plumbing.project import Project
+from sglpatch.sources import pristine_tree
+from sglpatch.upstream import upstream_pr
 
 pytestmark = pytest.mark.network
 GLM = "python/sglang/srt/models/glm4_moe.py"
@@ -24,7 +25,7 @@ P0003 = "0003-amd-glm5-mi355x-aiter-allreduce-fusion-fp8-kv-default"
 def _clone_with_history(tmp_path):
     """A clone whose main is the 0.5.23 release's files (tagged v0.5.23) plus one later commit
     that edits a file 0002 edits and one 0003 edits, far from the patches' hunks."""
-    pristine = sources.pristine_from_index(REAL_PINS.select(["0.5.23"])[0])
+    pristine = pristine_tree.pristine_from_index(REAL_PINS.select(["0.5.23"])[0])
     repo = tmp_path / "sglang"
     git(tmp_path, "clone", "-q", str(pristine.repo), str(repo))
     git(repo, "checkout", "-q", "-b", "main", pristine.commit)

@@ -7,9 +7,9 @@ import datetime
 import pytest
 
 from conftest import format_patch, git, tree_files
-from sglpatch import versions
-from sglpatch.errors import SglpatchError
-from sglpatch.series import series_version
+from sglpatch.plumbing.errors import SglpatchError
+from sglpatch.series import versions
+from sglpatch.series.patches import series_version
 
 EXAMPLE = "python/sglang/srt/layers/example.py"
 

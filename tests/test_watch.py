@@ -20,9 +20,12 @@ from pathlib import Path
 import pytest
 
 from conftest import BASE_FILES, REPO_ROOT, TextWitness, example_lines, format_patch, git, make_wheel, tree_files
-from sglpatch import cache, cli, sources, watch
-from sglpatch.errors import SglpatchError
-from sglpatch.pins import load_pins
+from sglpatch import cli
+from sglpatch.plumbing import cache
+from sglpatch.plumbing.errors import SglpatchError
+from sglpatch.sources import pristine_tree
+from sglpatch.sources.pins import load_pins
+from sglpatch.upstream import watch
 from sglpatch.witnesses import registry
 
 EXAMPLE = "python/sglang/srt/layers/example.py"
@@ -194,7 +197,7 @@ def test_watch_end_to_end_on_the_real_series_with_a_stand_in_future_release(tmp_
     assert newest.version == "0.5.23"
     index = tmp_path / "index"
     index.mkdir()
-    stand_in = _stand_in_release(sources.fetch_artifact(newest), index / newest.artifact.replace("0.5.23", "0.5.24"))
+    stand_in = _stand_in_release(pristine_tree.fetch_artifact(newest), index / newest.artifact.replace("0.5.23", "0.5.24"))
     answers = tmp_path / "answers"
     shutil.copytree(cache.answers_root(), answers, ignore=shutil.ignore_patterns("*.lock", "*.lock.owner"))
     remote = _git_project(root, tmp_path)
@@ -220,13 +223,13 @@ def test_watch_end_to_end_on_the_real_series_with_a_stand_in_future_release(tmp_
     by_patch = {o["name"][:4]: o for o in port["outcomes"]}
     assert by_patch["0002"]["witness_before"].startswith("bug") and by_patch["0002"]["witness_after"].startswith("clean")
     pin = load_pins(root / "upstream" / "pins.toml").select(["0.5.24"])[0]
-    assert pin.artifact == stand_in.name and pin.sha256 == sources.file_sha256(stand_in)
+    assert pin.artifact == stand_in.name and pin.sha256 == pristine_tree.file_sha256(stand_in)
     # The witnesses ran on the stand-in's own trees in this run: their answers are in this run's
     # answer folder and were not in the cache it was copied from. On the patched tree the
     # compile guard's answer comes from the release's CPU build cell, which the port must pass.
-    pristine = _tree_of(sources.pristine_from_index(pin, index.as_uri()))
+    pristine = _tree_of(pristine_tree.pristine_from_index(pin, index.as_uri()))
     patched = json.loads((root / "series.lock").read_text())["pins"]["0.5.24"]["tree"]
-    assert pristine != _tree_of(sources.pristine_from_index(newest))
+    assert pristine != _tree_of(pristine_tree.pristine_from_index(newest))
     assert [cell.split()[-1] for cell in port["cells"]] == ["passed"] * 8, port["cells"]
     for tree in (pristine, patched):
         asked = ["mtp-quark-exclude", "rocm-flags", "rocm-guard"]

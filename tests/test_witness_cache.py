@@ -11,8 +11,8 @@ import threading
 import pytest
 
 from conftest import REAL_PINS
-from sglpatch import cpu_envs, probe_children, probe_runs
 from sglpatch.witnesses import answer_cache, mtp_exclude, probing, rocm_flags
+from sglpatch.witnesses import cpu_envs, probe_children, probe_runs
 from sglpatch.witnesses.results import BUG, CLEAN, UNAVAILABLE, WitnessResult
 
 PIN = REAL_PINS.newest
@@ -208,7 +208,7 @@ def test_an_answer_run_before_the_environment_was_built_is_kept_under_the_built_
                          ids=lambda m: m.name)
 def test_editing_the_launch_profile_changes_the_cpu_witness_fingerprint(make, offline_env, tmp_path, monkeypatch,
                                                                          cache_dir):
-    from sglpatch import profile
+    from sglpatch.serving import profile
 
     before = answer_cache.fingerprint(make(), PIN)
     profiles = tmp_path / "profiles"

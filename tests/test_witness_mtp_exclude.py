@@ -11,10 +11,10 @@ import pytest
 
 from conftest import REAL_PINS as PINS
 from conftest import apply_rendition, one_pin_per_rendition, pristine_subtree, skip_unless_required, witnessed
-from sglpatch import cpu_envs
+from sglpatch.witnesses import cpu_envs
 from sglpatch.witnesses import mtp_exclude
-from sglpatch.witnesses.results import BUG, CLEAN, UNAVAILABLE
 from sglpatch.witnesses.probes.quark_checkpoint import quark_config_dict
+from sglpatch.witnesses.results import BUG, CLEAN, UNAVAILABLE
 
 PATCH = "0002-quark-keep-mtp-draft-excluded-modules-unquantized.patch"
 

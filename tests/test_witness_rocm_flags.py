@@ -95,7 +95,7 @@ def test_the_judged_resolution_reads_nothing_from_the_stand_ins(version, patched
     calls none, so the judged values are as sglang computes them; the one read besides
     ``from m import name`` is the ``aiter.QuantType`` enum, taken as a constant at the top level
     of fp8_utils when a scenario first imports it."""
-    from sglpatch import probe_runs
+    from sglpatch.witnesses import probe_runs
 
     pin = PINS.select([version])[0]
     tree = _pristine_tree(pin, tmp_path / "tree")

@@ -11,7 +11,7 @@ from packaging.version import Version
 
 from conftest import REAL_PINS as PINS
 from conftest import REQUIRE_WITNESSES, apply_rendition, one_pin_per_rendition, pristine_subtree, shipped_trees, witnessed
-from sglpatch import cache
+from sglpatch.plumbing import cache
 from sglpatch.witnesses import guard_kernel, hip_toolchain, rocm_guard
 from sglpatch.witnesses.results import BUG, CLEAN
 

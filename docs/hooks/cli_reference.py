@@ -1,11 +1,11 @@
 """MkDocs hook: the manual's command reference (reference.md), generated at build time from
-sglpatch's own argparse definitions (``sglpatch.cli_reference``), so it cannot drift from them."""
+sglpatch's own argparse definitions (``sglpatch.commands.cli_reference``), so it cannot drift from them."""
 
 from __future__ import annotations
 
 from mkdocs.structure.files import File
 
-from sglpatch.cli_reference import reference_markdown
+from sglpatch.commands.cli_reference import reference_markdown
 
 PAGE = "reference.md"
 

@@ -8,7 +8,7 @@ measured 0.955 (200 questions, 5-shot, greedy), which is what the evaluation run
 
 from __future__ import annotations
 
-from sglpatch.records import FAILED, PASSED, Part
+from sglpatch.matrix.records import FAILED, PASSED, Part
 from sglpatch.rocm.constants import SGLANG_CI_ACCEPT_LENGTH
 
 GSM8K_FLOOR = 0.935

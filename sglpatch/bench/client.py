@@ -11,7 +11,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from sglpatch.errors import SglpatchError
+from sglpatch.plumbing.errors import SglpatchError
 
 MODULES = (("sglang.benchmark.serving", "python/sglang/benchmark/serving.py"),
            ("sglang.bench_serving", "python/sglang/bench_serving.py"))

@@ -1,6 +1,6 @@
 """Run a pin's own benchmark client on CPU: ``python cpu_client.py MODULE ARGS...``.
 
-For the harness tests: the client is run by the pin's CPU Python (``sglpatch.probe_runs``) with the
+For the harness tests: the client is run by the pin's CPU Python (``sglpatch.witnesses.probe_runs``) with the
 tree's ``python/`` and the witness probes on the path. sglang's package imports torchvision, whose
 wheel does not load beside torch CPU here, so the probes' named stand-in replaces it where it does
 not import (``witnesses/probes/standins.py``); nothing else of the client is changed. The stand-ins

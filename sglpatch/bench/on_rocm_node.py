@@ -14,21 +14,21 @@ import os
 import time
 from pathlib import Path
 
+from sglpatch.apply.pin_under_test import prepare_pin
 from sglpatch.bench import accuracy, report
 from sglpatch.bench.client import bench_client
 from sglpatch.bench.collect import collect, config_hash
 from sglpatch.bench.records import BenchRecord, read_bench_records, write_bench_record
 from sglpatch.bench.workloads import workload as workload_named
-from sglpatch.errors import SglpatchError, Unavailable
-from sglpatch.pin_under_test import prepare_pin
-from sglpatch.profile import load_profile
-from sglpatch.project import Project
-from sglpatch.records import FAILED, SKIPPED, CellRecord, Part, combine, last_json, matrix_dir, write_record
+from sglpatch.matrix.records import FAILED, SKIPPED, CellRecord, Part, combine, last_json, matrix_dir, write_record
+from sglpatch.plumbing.errors import SglpatchError, Unavailable
+from sglpatch.plumbing.project import Project
 from sglpatch.rocm import containers
 from sglpatch.rocm.constants import CHECKS_INSIDE, HF_INSIDE, LABEL_CELL, OUT_INSIDE, STATE_INSIDE
 from sglpatch.rocm.image import build_image, patched_image
 from sglpatch.rocm.options import RocmOptions, device_stamp, unavailable_reason
 from sglpatch.rocm.profiles import PROFILES, launch_env, variants
+from sglpatch.serving.profile import load_profile
 
 
 def bench_dir(project: Project) -> Path:

@@ -21,8 +21,8 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from sglpatch.cache import write_atomically
-from sglpatch.records import FAILED, PASSED, SKIPPED, Part, combine, json_objects
+from sglpatch.matrix.records import FAILED, PASSED, SKIPPED, Part, combine, json_objects
+from sglpatch.plumbing.cache import write_atomically
 from sglpatch.rocm.checks import bench_metrics
 
 

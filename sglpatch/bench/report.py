@@ -18,7 +18,7 @@ from packaging.version import Version
 from sglpatch.bench import scan
 from sglpatch.bench.records import BenchRecord
 from sglpatch.bench.workloads import PUBLISHED_SERVING, PUBLISHED_SINGLE_STREAM_TOK_S
-from sglpatch.errors import SglpatchError
+from sglpatch.plumbing.errors import SglpatchError
 
 
 def _number(value, spec: str, none: str = "—") -> str:

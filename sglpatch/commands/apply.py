@@ -5,10 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from sglpatch import exitcodes
+from sglpatch.apply.apply_pins import apply_series
+from sglpatch.apply.report import render_apply
 from sglpatch.cli_options import add, emit_json, jobs_flag, json_flag, say, witness_mode
-from sglpatch.errors import SglpatchError
-from sglpatch.apply_pins import apply_series
-from sglpatch.report import render_apply
+from sglpatch.plumbing.errors import SglpatchError
 
 
 def register(sub) -> None:
@@ -82,7 +82,7 @@ def run(project, args) -> int:
 
 
 def _into(project, args) -> int:
-    from sglpatch.into import apply_into
+    from sglpatch.apply.into import apply_into
 
     if len(args.pins) > 1:
         raise SglpatchError("--into takes at most one pin (default: the checkout's own sglang version)")

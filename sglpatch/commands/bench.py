@@ -36,9 +36,9 @@ def register(sub) -> None:
 
 
 def run_bench(project, args) -> int:
-    from sglpatch import records as results
     from sglpatch.bench import on_rocm_node
-    from sglpatch.cache import write_atomically
+    from sglpatch.matrix import records as results
+    from sglpatch.plumbing.cache import write_atomically
 
     records = on_rocm_node.run_bench(project, args.pin.removeprefix("v"), args.workload, options_from(args), pristine=args.pristine)
     for record in records:
@@ -55,8 +55,8 @@ def run_bench(project, args) -> int:
 
 
 def run_accuracy(project, args) -> int:
-    from sglpatch import records as results
     from sglpatch.bench import on_rocm_node
+    from sglpatch.matrix import records as results
 
     record = on_rocm_node.run_accuracy(project, args.pin.removeprefix("v"), options_from(args))
     say(args, f"accuracy on sglang {record.pin}: {record.outcome}")
@@ -77,7 +77,7 @@ def run_tune_moe(project, args) -> int:
 def run_report(project, args) -> int:
     from sglpatch.bench import report
     from sglpatch.bench.records import read_bench_records
-    from sglpatch.cache import write_atomically
+    from sglpatch.plumbing.cache import write_atomically
 
     out = args.out or project.build_dir / "bench"
     records = read_bench_records(args.records or project.build_dir / "bench" / "records")

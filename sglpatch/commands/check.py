@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from sglpatch import exitcodes
-from sglpatch.check import check_series
 from sglpatch.cli_options import add, emit_json, json_flag, say
 from sglpatch.rebase.redundant import reproduced_renditions
+from sglpatch.series.check import check_series
 
 
 def register(sub) -> None:

@@ -5,9 +5,10 @@ from __future__ import annotations
 import argparse
 import json
 
-from sglpatch import exitcodes, probe_runs
+from sglpatch import exitcodes
 from sglpatch.cli_options import add, jobs_flag, say
 from sglpatch.commands import apply, rebase, upstream, witness
+from sglpatch.witnesses import probe_runs
 
 WITNESSING_VERBS = {"apply": apply, "witness": witness, "rebase": rebase, "upstream": upstream}
 

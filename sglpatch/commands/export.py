@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from sglpatch import exitcodes, export
+from sglpatch import exitcodes
 from sglpatch.cli_options import add, pin_version, say
+from sglpatch.series import export
 
 
 def register(sub) -> None:

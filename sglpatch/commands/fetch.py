@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from sglpatch import exitcodes, sources
+from sglpatch import exitcodes
 from sglpatch.cli_options import add, say
+from sglpatch.sources import pristine_tree
 
 
 def register(sub) -> None:
@@ -14,6 +15,6 @@ def register(sub) -> None:
 
 def run(project, args) -> int:
     for pin in project.pins().select(args.pins):
-        pristine = sources.pristine_from_git(pin, args.git_url) if args.git_url else sources.pristine_from_index(pin)
+        pristine = pristine_tree.pristine_from_git(pin, args.git_url) if args.git_url else pristine_tree.pristine_from_index(pin)
         say(args, f"{pin.version}: {pristine.commit} ({pristine.source}) in {pristine.repo}")
     return exitcodes.OK

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from sglpatch import exitcodes, progress
+from sglpatch import exitcodes
 from sglpatch.cli_options import add, pin_version, say
+from sglpatch.plumbing import progress
 
 
 def register(sub) -> None:
@@ -40,8 +41,8 @@ def run(project, args) -> int:
 
 def _locked_spec(project, version: str, options):
     """The series as series.lock pins it (``into.locked_series``): no witness runs."""
-    from sglpatch.index_apply import commit_as_patch
-    from sglpatch.into import locked_series
+    from sglpatch.apply.index_apply import commit_as_patch
+    from sglpatch.apply.into import locked_series
     from sglpatch.rocm.image import image_spec
 
     pin = project.pins().select([version])[0]
@@ -52,7 +53,7 @@ def _locked_spec(project, version: str, options):
 
 
 def _witnessed_spec(project, version: str, options):
-    from sglpatch.pin_under_test import prepare_pin
+    from sglpatch.apply.pin_under_test import prepare_pin
     from sglpatch.rocm.image import patched_image
 
     put = prepare_pin(project, version)

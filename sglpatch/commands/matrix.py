@@ -7,19 +7,19 @@ from pathlib import Path
 
 from sglpatch import exitcodes
 from sglpatch.cli_options import add, keep_record, emit_json, jobs_flag, json_flag, options_from, pin_version, rocm_options, say, witness_mode
-from sglpatch.errors import SglpatchError
+from sglpatch.plumbing.errors import SglpatchError
 
 
 def register(sub) -> None:
-    from sglpatch import matrix
+    from sglpatch.matrix.cells import CHECKS, TIERS
 
     parser = add(sub, "matrix", None, "the test matrix: run a cell, list cells, render the table, plan CI")
     actions = parser.add_subparsers(required=True, metavar="ACTION")
     run = add(actions, "run", run_cell, "run one cell and write its record under build/matrix/records")
-    run.add_argument("check", choices=list(matrix.CHECKS))
+    run.add_argument("check", choices=list(CHECKS))
     run.add_argument("pin")
     run.add_argument("--depth", type=int, help="speculative depth (spec only): d steps, top-k 1, d+1 draft tokens")
-    run.add_argument("--tier", choices=matrix.TIERS, default="cpu")
+    run.add_argument("--tier", choices=TIERS, default="cpu")
     run.add_argument("--record", type=Path, help="also write the record here (nox reads it to report a skip)")
     run.add_argument("--no-cache", action="store_true", help="cpu: run even if the cell's answer is cached")
     witness_mode(run)
@@ -31,7 +31,7 @@ def register(sub) -> None:
     witness_mode(every)
     json_flag(every)
     cells = add(actions, "cells", run_cells, "list the matrix's cells")
-    cells.add_argument("--tier", choices=matrix.TIERS, action="append", help="only this tier (repeatable)")
+    cells.add_argument("--tier", choices=TIERS, action="append", help="only this tier (repeatable)")
     json_flag(cells)
     report = add(actions, "report", run_report, "render the matrix table from records")
     report.add_argument("--records", type=Path, help="folder of records (default: build/matrix/records)")
@@ -53,12 +53,13 @@ def register(sub) -> None:
 
 
 def run_cell(project, args) -> int:
-    from sglpatch import matrix
-    from sglpatch import records as results
+    from sglpatch.matrix import records as results
+    from sglpatch.matrix.cells import Cell
+    from sglpatch.matrix.cpu import run_cpu_cell
 
-    cell = matrix.Cell(args.tier, args.check, args.pin.removeprefix("v"), args.depth)
+    cell = Cell(args.tier, args.check, args.pin.removeprefix("v"), args.depth)
     if args.tier == "cpu":
-        record = matrix.run_cpu_cell(project, cell, use_cache=not args.no_cache)
+        record = run_cpu_cell(project, cell, use_cache=not args.no_cache)
     else:
         from sglpatch.rocm.job import run_rocm_cell
 
@@ -82,7 +83,7 @@ def run_cell(project, args) -> int:
 
 
 def run_all(project, args) -> int:
-    from sglpatch import records as results
+    from sglpatch.matrix import records as results
     from sglpatch.matrix.cpu import run_cpu_tier
 
     records = run_cpu_tier(project, args.pins, use_cache=not args.no_cache, jobs=args.jobs)
@@ -101,10 +102,10 @@ def run_all(project, args) -> int:
 
 
 def run_cells(project, args) -> int:
-    from sglpatch import matrix
+    from sglpatch.matrix.cells import TIERS, cells as matrix_cells
 
-    tiers = tuple(args.tier) if args.tier else matrix.TIERS
-    cells = matrix.cells([pin.version for pin in project.pins().pins], tiers)
+    tiers = tuple(args.tier) if args.tier else TIERS
+    cells = matrix_cells([pin.version for pin in project.pins().pins], tiers)
     for cell in cells:
         say(args, f"{cell.tier}\t{cell.check}\t{cell.pin}\t{cell.depth or ''}")
     emit_json(args, [asdict(cell) for cell in cells])
@@ -112,9 +113,9 @@ def run_cells(project, args) -> int:
 
 
 def run_report(project, args) -> int:
-    from sglpatch import records as results
-    from sglpatch.cache import write_atomically
+    from sglpatch.matrix import records as results
     from sglpatch.matrix.table import render_markdown
+    from sglpatch.plumbing.cache import write_atomically
 
     folder = args.records or project.build_dir / "matrix" / "records"
     table = render_markdown(results.read_records(folder))
@@ -128,9 +129,9 @@ def run_report(project, args) -> int:
 def run_job(project, args) -> int:
     import json
 
-    from sglpatch import records as results
-    from sglpatch.cache import write_atomically
+    from sglpatch.matrix import records as results
     from sglpatch.matrix.job_plan import items_for
+    from sglpatch.plumbing.cache import write_atomically
     from sglpatch.rocm.job import run_job
 
     version = pin_version(project, args.pin)
@@ -150,8 +151,8 @@ def run_job(project, args) -> int:
 
 
 def run_plan(project, args) -> int:
-    from sglpatch.cache import write_atomically
     from sglpatch.matrix import plan, workflow
+    from sglpatch.plumbing.cache import write_atomically
 
     if args.write_workflow:
         write_atomically(args.write_workflow, workflow.workflow_yaml())

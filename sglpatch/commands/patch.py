@@ -3,8 +3,9 @@ and keep the renditions few."""
 
 from __future__ import annotations
 
-from sglpatch import authoring, exitcodes
+from sglpatch import exitcodes
 from sglpatch.cli_options import add, pin_version, say
+from sglpatch.series import authoring
 
 
 def register(sub) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from sglpatch import exitcodes
 from sglpatch.cli_options import add, say
-from sglpatch.profile import load_profile
+from sglpatch.serving.profile import load_profile
 
 
 def register(sub) -> None:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from sglpatch import exitcodes
 from sglpatch.cli_options import add, say
-from sglpatch.quark_config import add_mtp_aliases
+from sglpatch.serving.quark_config import add_mtp_aliases
 
 
 def register(sub) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from sglpatch import exitcodes
 from sglpatch.cli_options import add, emit_json, json_flag, say
-from sglpatch.rebase import rebase_onto
+from sglpatch.rebase.onto import rebase_onto
 
 
 def register(sub) -> None:

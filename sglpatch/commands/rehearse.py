@@ -10,7 +10,7 @@ from packaging.version import Version
 
 from sglpatch import exitcodes
 from sglpatch.cli_options import add, say
-from sglpatch.errors import SglpatchError
+from sglpatch.plumbing.errors import SglpatchError
 
 
 def register(sub) -> None:

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from sglpatch import exitcodes, versions
+from sglpatch import exitcodes
 from sglpatch.cli_options import add, say
+from sglpatch.series import versions
 
 
 def register(sub) -> None:

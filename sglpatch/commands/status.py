@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from sglpatch import exitcodes, suggest, suggest_write
+from sglpatch import exitcodes
 from sglpatch.cli_options import add, say
+from sglpatch.upstream import suggest, suggest_write
 
 
 def register(sub) -> None:

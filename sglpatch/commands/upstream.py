@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from sglpatch import exitcodes, upstream_pr, versions
+from sglpatch import exitcodes
 from sglpatch.cli_options import add, say
+from sglpatch.series import versions
+from sglpatch.upstream import upstream_pr
 
 
 def register(sub) -> None:

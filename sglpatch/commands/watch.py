@@ -20,7 +20,7 @@ def register(sub) -> None:
 
 
 def run(project, args) -> int:
-    from sglpatch import watch
+    from sglpatch.upstream import watch
 
     result = watch.watch(project, write=not args.dry_run, out_dir=args.out)
     say(args, result.text())

@@ -6,9 +6,9 @@ import tempfile
 from pathlib import Path
 
 from sglpatch import exitcodes
+from sglpatch.apply.apply_pins import apply_series
+from sglpatch.apply.report import render_witnesses
 from sglpatch.cli_options import add, emit_json, jobs_flag, json_flag, say, witness_mode
-from sglpatch.apply_pins import apply_series
-from sglpatch.report import render_witnesses
 
 
 def register(sub) -> None:

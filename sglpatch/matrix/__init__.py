@@ -11,17 +11,8 @@ Read it one file at a time:
 - ``table``      the markdown table from a folder of cell records
 - ``plan``       the CI jobs per event (one per pin on a runner) and their node-hours
 - ``workflow``   the GitHub Actions workflow generated from the plan
+- ``records``    the check records the matrix, the bench and the ROCm job write and read
 
-The pin under test is ``sglpatch.pin_under_test``, the records ``sglpatch.records``; the ROCm
-tier's containers, image, in-image checks and job runner are ``sglpatch.rocm``.
+The pin under test is ``sglpatch.apply.pin_under_test``; the ROCm tier's containers, image,
+in-image checks and job runner are ``sglpatch.rocm``.
 """
-
-from sglpatch.matrix.cells import CHECKS, DEPTHS, PROFILE, TIERS, Cell, Check, cells, depth_argv, depth_flags, validate_cell
-from sglpatch.matrix.cpu import run_cpu_cell
-from sglpatch.matrix.cpu_checks import spec_scenarios, synthetic_checkpoint_part
-from sglpatch.matrix.kernels import multi_step_kernel_threshold
-
-__all__ = [
-    "CHECKS", "DEPTHS", "PROFILE", "TIERS", "Cell", "Check", "cells", "depth_argv", "depth_flags",
-    "multi_step_kernel_threshold", "run_cpu_cell", "spec_scenarios", "synthetic_checkpoint_part", "validate_cell",
-]

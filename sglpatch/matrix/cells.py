@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sglpatch.errors import SglpatchError
-from sglpatch.profile import Profile
+from sglpatch.plumbing.errors import SglpatchError
+from sglpatch.serving.profile import Profile
 
 TIERS = ("cpu", "rocm")
 DEPTHS = tuple(range(1, 7))

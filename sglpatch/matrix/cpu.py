@@ -13,14 +13,15 @@ import json
 import time
 from pathlib import Path
 
-from sglpatch import cache, cpu_envs, progress, workers
-from sglpatch.errors import SglpatchError
+from sglpatch.apply.pin_under_test import PinUnderTest, prepare_pin, remove_checkouts
 from sglpatch.matrix.cells import DEPTHS, PROFILE, Cell, cells, validate_cell
 from sglpatch.matrix.cpu_checks import build_cell, code_digest, load_cell, spec_cells
-from sglpatch.pin_under_test import PinUnderTest, prepare_pin, remove_checkouts
-from sglpatch.profile import load_profile
-from sglpatch.project import Project
-from sglpatch.records import FAILED, PASSED, SKIPPED, CellRecord, Part, cell_id, combine, matrix_dir, write_record
+from sglpatch.matrix.records import FAILED, PASSED, SKIPPED, CellRecord, Part, cell_id, combine, matrix_dir, write_record
+from sglpatch.plumbing import cache, progress, workers
+from sglpatch.plumbing.errors import SglpatchError
+from sglpatch.plumbing.project import Project
+from sglpatch.serving.profile import load_profile
+from sglpatch.witnesses import cpu_envs
 from sglpatch.witnesses.rocm_guard import RocmGuardWitness
 
 CELLS = cache.Memo("matrix-cpu")

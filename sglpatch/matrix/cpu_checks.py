@@ -12,23 +12,24 @@ import json
 import tempfile
 from pathlib import Path
 
-from sglpatch import cache, cpu_envs, probe_children, probe_runs
-from sglpatch.errors import SglpatchError, Unavailable
-from sglpatch.gitcmd import git_out
+from sglpatch.apply.pin_under_test import PinUnderTest, checkout
 from sglpatch.matrix.cells import DEPTHS, PROFILE, depth_argv, depth_flags
 from sglpatch.matrix.kernels import kernel_parts, kernel_sources, multi_step_kernel_threshold, witness_part
-from sglpatch.pin_under_test import PinUnderTest, checkout
-from sglpatch.pins import Pin
-from sglpatch.profile import Profile, load_profile
-from sglpatch.records import FAILED, PASSED, SKIPPED, CellRecord, Part
+from sglpatch.matrix.records import FAILED, PASSED, SKIPPED, CellRecord, Part
+from sglpatch.plumbing import cache
+from sglpatch.plumbing.errors import SglpatchError, Unavailable
+from sglpatch.plumbing.gitcmd import git_out
+from sglpatch.serving.profile import Profile, load_profile
+from sglpatch.sources.pins import Pin
 from sglpatch.witnesses import answer_cache, mtp_exclude, rocm_flags
+from sglpatch.witnesses import cpu_envs, probe_children, probe_runs
 from sglpatch.witnesses.results import CLEAN
 
 
 # Bump when what a CPU cell checks changes in a way the hashed sources below do not show.
 CPU_TIER_VERSION = "1"
 # The checking code, from the package root.
-_CHECKING_CODE = ("matrix/cells.py", "pin_under_test.py", "matrix/kernels.py", "matrix/cpu.py", "matrix/cpu_checks.py")
+_CHECKING_CODE = ("matrix/cells.py", "apply/pin_under_test.py", "matrix/kernels.py", "matrix/cpu.py", "matrix/cpu_checks.py")
 
 
 def code_digest() -> str:

@@ -30,13 +30,13 @@ import os
 import re
 from dataclasses import dataclass, field
 
-from sglpatch.errors import SglpatchError
 from sglpatch.matrix.cells import DEPTHS, PROFILE, depth_argv
-from sglpatch.profile import Profile, load_profile
-from sglpatch.records import cell_id
+from sglpatch.matrix.records import cell_id
+from sglpatch.plumbing.errors import SglpatchError
 from sglpatch.rocm.checks import serve_check
 from sglpatch.rocm.constants import CHECKPOINT_INSIDE, NODE_GPUS
 from sglpatch.rocm.profiles import PROFILES, launch_env, variants
+from sglpatch.serving.profile import Profile, load_profile
 
 # The synthetic checkpoint's tensor parallelism (glm_checkpoint.ROCM_TP: GLM-5's per-rank shapes
 # at TP8): more than one rank, so the all-reduce paths and the aiter fusion's conditions are real.

@@ -5,9 +5,9 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from sglpatch.errors import SglpatchError
-from sglpatch.pin_under_test import PinUnderTest, checkout
-from sglpatch.records import FAILED, PASSED, SKIPPED, Part
+from sglpatch.apply.pin_under_test import PinUnderTest, checkout
+from sglpatch.matrix.records import FAILED, PASSED, SKIPPED, Part
+from sglpatch.plumbing.errors import SglpatchError
 from sglpatch.witnesses import answer_cache, guard_kernel, rocm_guard
 from sglpatch.witnesses.results import BUG, CLEAN, UNAVAILABLE
 

@@ -36,11 +36,11 @@ from pathlib import Path
 from packaging.version import Version
 
 from sglpatch.matrix import job_plan
-from sglpatch.processes import user_git_env
-from sglpatch.profile import load_profile
-from sglpatch.project import Project
+from sglpatch.plumbing.processes import user_git_env
+from sglpatch.plumbing.project import Project
 from sglpatch.rocm.constants import ROCM_GPU
 from sglpatch.rocm.profiles import PROFILES, variants
+from sglpatch.serving.profile import load_profile
 
 EVENTS = ("pr", "nightly", "weekly")
 DEFAULT_RUNNER = ["self-hosted", "linux-mi35x-gpu-8"]

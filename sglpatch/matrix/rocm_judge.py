@@ -8,7 +8,7 @@ a cell alone is a job of one cell.
 from __future__ import annotations
 
 from sglpatch.matrix.cells import Cell
-from sglpatch.records import FAILED, PASSED, SKIPPED, CellRecord, Part, last_json
+from sglpatch.matrix.records import FAILED, PASSED, SKIPPED, CellRecord, Part, last_json
 from sglpatch.rocm.constants import SGLANG_CI_ACCEPT_LENGTH, SGLANG_CI_DEPTH
 from sglpatch.rocm.containers import ContainerRun
 

@@ -1,10 +1,10 @@
-"""The matrix's markdown table, rendered from a folder of cell records alone (``sglpatch.records``):
+"""The matrix's markdown table, rendered from a folder of cell records alone (``sglpatch.matrix.records``):
 one table per tier, a row per pin, a column per check, then the reasons for every cell that did
 not pass."""
 
 from __future__ import annotations
 
-from sglpatch.records import FAILED, PARTIAL, PASSED, SKIPPED, CellRecord
+from sglpatch.matrix.records import FAILED, PARTIAL, PASSED, SKIPPED, CellRecord
 
 SYMBOLS = {PASSED: "pass", FAILED: "FAIL", PARTIAL: "partial", SKIPPED: "skip"}
 

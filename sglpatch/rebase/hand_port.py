@@ -9,14 +9,14 @@ import json
 import shutil
 from pathlib import Path
 
-from sglpatch.errors import SglpatchError
-from sglpatch.gitcmd import git_out, run_git
-from sglpatch.index_apply import commit_patch
+from sglpatch.apply.index_apply import commit_patch
+from sglpatch.plumbing.errors import SglpatchError
+from sglpatch.plumbing.gitcmd import git_out, run_git
 from sglpatch.rebase.merge_tools import FIXED_COMMIT_ENV
 from sglpatch.rebase.patch import with_message_of
 from sglpatch.rebase.report import RebaseOutcome
 from sglpatch.rebase.trial import Trial
-from sglpatch.series import RENDITIONS_DIR, set_trailers
+from sglpatch.series.patches import RENDITIONS_DIR, set_trailers
 
 HAND_PORT_NOTE = "sglpatch-port.json"  # in the prepared tree's .git: what it was prepared from
 

@@ -32,10 +32,10 @@ from pathlib import Path
 
 import unidiff
 
-from sglpatch.errors import SglpatchError
-from sglpatch.gitcmd import IDENTITY_EMAIL, IDENTITY_NAME, commit_env, git_out, run_git
-from sglpatch.index_apply import reverse_applies
-from sglpatch.processes import declared_env, run_tool
+from sglpatch.apply.index_apply import reverse_applies
+from sglpatch.plumbing.errors import SglpatchError
+from sglpatch.plumbing.gitcmd import IDENTITY_EMAIL, IDENTITY_NAME, commit_env, git_out, run_git
+from sglpatch.plumbing.processes import declared_env, run_tool
 
 # Commits of the trial history only, under one identity and date, so their hashes reproduce.
 FIXED_COMMIT_ENV = commit_env(IDENTITY_NAME, IDENTITY_EMAIL, "1970-01-01T00:00:00Z")

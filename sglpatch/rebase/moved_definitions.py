@@ -22,9 +22,9 @@ from pathlib import Path
 
 import unidiff
 
-from sglpatch.gitcmd import git_out, run_git
-from sglpatch.processes import declared_env, run_tool
-from sglpatch.index_apply import check_exact
+from sglpatch.apply.index_apply import check_exact
+from sglpatch.plumbing.gitcmd import git_out, run_git
+from sglpatch.plumbing.processes import declared_env, run_tool
 from sglpatch.rebase.merge_tools import WIGGLE_TIMEOUT_S, Proposal, file_at, stage_file
 
 STEP = "moved-definitions"

@@ -11,9 +11,9 @@ import zipfile
 from dataclasses import asdict
 from pathlib import Path
 
-from sglpatch import index_listing, sources
-from sglpatch.errors import SglpatchError
-from sglpatch.pins import Pin
+from sglpatch.plumbing.errors import SglpatchError
+from sglpatch.sources import index_listing, pristine_tree
+from sglpatch.sources.pins import Pin
 
 
 def new_pin(version: str, index=None) -> tuple[Pin, str]:
@@ -23,7 +23,7 @@ def new_pin(version: str, index=None) -> tuple[Pin, str]:
     candidates = [f"sglang-{version}-cp311-cp311-manylinux_2_34_x86_64.whl", f"sglang-{version}.tar.gz"]
     name = next((candidate for candidate in candidates if candidate in entries), None)
     if name is None:
-        where = sources.package_index.resolve(index).describe()
+        where = pristine_tree.package_index.resolve(index).describe()
         raise SglpatchError(f"sglang {version}: neither {' nor '.join(candidates)} is on the index {where}")
     entry = entries[name]
     sha256 = entry["sha256"] or ""
@@ -44,7 +44,7 @@ def new_pin(version: str, index=None) -> tuple[Pin, str]:
         return pin, ""
     # Simple (PEP 503) pages carry no upload time; the artifact's own newest file time is a fact
     # about it, and the pin's comment says where it came from.
-    released = _artifact_time(sources.fetch_artifact(pin, index))
+    released = _artifact_time(pristine_tree.fetch_artifact(pin, index))
     pin = Pin(**{**asdict(pin), "released": released})
     return pin, "the index gives no upload time; this is the newest file time inside the artifact"
 

@@ -10,15 +10,15 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from sglpatch import sources
-from sglpatch.checkouts import checkout_commit
-from sglpatch.gitcmd import git_out
-from sglpatch.outcomes import Outcome
-from sglpatch.pins import Pin
+from sglpatch.apply.checkouts import checkout_commit
+from sglpatch.apply.outcomes import Outcome
+from sglpatch.plumbing.gitcmd import git_out
 from sglpatch.rebase import merge_tools, moved_definitions
 from sglpatch.rebase.report import Attempt, RebaseOutcome
 from sglpatch.rebase.trial import Trial, candidates
-from sglpatch.series import RENDITIONS_DIR, PatchFile, SeriesPatch, set_trailers, spec_for
+from sglpatch.series.patches import RENDITIONS_DIR, PatchFile, SeriesPatch, set_trailers, spec_for
+from sglpatch.sources import pristine_tree
+from sglpatch.sources.pins import Pin
 from sglpatch.witnesses import answer_cache, registry
 from sglpatch.witnesses.results import CLEAN, UNAVAILABLE
 
@@ -111,7 +111,7 @@ def rebase_patch(project, trial: Trial, patch: SeriesPatch, pins: tuple[Pin, ...
     for candidate in merging:
         made_for = candidate.made_for.version if candidate.made_for else ""
         path = relative(candidate.rendition.path)
-        base = sources.pristine_from_index(candidate.made_for or candidate.bases[0])
+        base = pristine_tree.pristine_from_index(candidate.made_for or candidate.bases[0])
         trial.borrow([base])
         diff = candidate.rendition.diff_text
         steps = [("three-way", None), ("merge-ort", diff), ("wiggle", diff), (moved_definitions.STEP, diff)]

@@ -17,13 +17,13 @@ from pathlib import Path
 
 from packaging.version import Version
 
-from sglpatch import sources
-from sglpatch.gitcmd import borrow_objects, git_out, run_git
-from sglpatch.index_apply import made_on, three_way_to_index
-from sglpatch.lock import read_lock
-from sglpatch.outcomes import APPLIED_STATES
-from sglpatch.pins import Pin
-from sglpatch.series import PatchFile, SeriesPatch
+from sglpatch.apply.index_apply import made_on, three_way_to_index
+from sglpatch.apply.outcomes import APPLIED_STATES
+from sglpatch.plumbing.gitcmd import borrow_objects, git_out, run_git
+from sglpatch.series.lock import read_lock
+from sglpatch.series.patches import PatchFile, SeriesPatch
+from sglpatch.sources import pristine_tree
+from sglpatch.sources.pins import Pin
 
 
 
@@ -66,11 +66,11 @@ class _Workbench:
         self.repo = scratch / "redundant.git"
         run_git(["init", "--bare", "--quiet", str(self.repo)], scratch)
         self.env = {"GIT_INDEX_FILE": str(scratch / "index")}
-        self.pristine: dict[str, sources.Pristine] = {}
+        self.pristine: dict[str, pristine_tree.Pristine] = {}
 
-    def pristine_of(self, pin: Pin) -> sources.Pristine:
+    def pristine_of(self, pin: Pin) -> pristine_tree.Pristine:
         if pin.version not in self.pristine:
-            self.pristine[pin.version] = sources.pristine_from_index(pin)
+            self.pristine[pin.version] = pristine_tree.pristine_from_index(pin)
             borrow_objects(self.repo / "objects", [self.pristine[pin.version].repo])
         return self.pristine[pin.version]
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
-from sglpatch.outcomes import CLASSIFIED, Outcome
+from sglpatch.apply.outcomes import CLASSIFIED, Outcome
 
 
 @dataclass

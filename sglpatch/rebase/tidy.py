@@ -14,7 +14,7 @@ becomes the main file and the main file's text moves to ``renditions/<patch>/<pi
 after the newest pin it covers.
 
 Nothing is written unless the series, staged with the changes, passes ``check`` and applies to
-every pin a changed rendition covers with each pin's tree the lock's (``sglpatch.staged``); the
+every pin a changed rendition covers with each pin's tree the lock's (``sglpatch.apply.staged``); the
 lock's commits are recorded again there, since a rendition's message carries its ``Applies-To``.
 """
 
@@ -28,12 +28,12 @@ from pathlib import Path
 
 from packaging.version import Version
 
-from sglpatch.errors import SglpatchError
-from sglpatch.lock import LOCK_FILE
-from sglpatch.project import Project
+from sglpatch.apply.staged import write_staged
+from sglpatch.plumbing.errors import SglpatchError
+from sglpatch.plumbing.project import Project
 from sglpatch.rebase.redundant import Reproduced, reproduced_renditions
-from sglpatch.series import covered_by, newest_in_main, set_trailers, spec_for
-from sglpatch.staged import write_staged
+from sglpatch.series.lock import LOCK_FILE
+from sglpatch.series.patches import covered_by, newest_in_main, set_trailers, spec_for
 
 
 @dataclass

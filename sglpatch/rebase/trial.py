@@ -13,17 +13,18 @@ from pathlib import Path
 
 from packaging.version import Version
 
-from sglpatch import probe_runs, sources
-from sglpatch.checkouts import checkout_commit
-from sglpatch.diffs import parse_diff
-from sglpatch.errors import Unavailable
-from sglpatch.gitcmd import borrow_objects, git_out, run_git
-from sglpatch.index_apply import apply_to_index, check_exact, commit_patch, conflict_detail, display_name, reverse_applies
-from sglpatch.pins import Pin
+from sglpatch.apply.checkouts import checkout_commit
+from sglpatch.apply.index_apply import apply_to_index, check_exact, commit_patch, conflict_detail, display_name, reverse_applies
+from sglpatch.plumbing.errors import Unavailable
+from sglpatch.plumbing.gitcmd import borrow_objects, git_out, run_git
 from sglpatch.rebase import judge as judging
 from sglpatch.rebase import merge_tools
-from sglpatch.series import PatchFile, SeriesPatch
+from sglpatch.series.diffs import parse_diff
+from sglpatch.series.patches import PatchFile, SeriesPatch
+from sglpatch.sources import pristine_tree
+from sglpatch.sources.pins import Pin
 from sglpatch.witnesses import answer_cache, mtp_exclude
+from sglpatch.witnesses import probe_runs
 from sglpatch.witnesses.results import CLEAN, WitnessResult
 
 IMPORT_SMOKE_LIMIT_S = 300
@@ -65,7 +66,7 @@ class Trial:
     """The release's pristine commit in a scratch clone, where renditions are tried with git
     plumbing in a private index, each patch on top of the ones accepted before it."""
 
-    def __init__(self, scratch: Path, pin: Pin, pristine: sources.Pristine):
+    def __init__(self, scratch: Path, pin: Pin, pristine: pristine_tree.Pristine):
         self.scratch = scratch
         self.pin = pin
         self.pristine = pristine
@@ -76,7 +77,7 @@ class Trial:
         self._verdicts: dict[str, tuple] = {}
         self.wiggle = merge_tools.wiggle_available()
 
-    def borrow(self, bases: list[sources.Pristine]) -> None:
+    def borrow(self, bases: list[pristine_tree.Pristine]) -> None:
         """Borrow the objects of other pristine trees (for merges from the trees renditions were made for)."""
         borrow_objects(self.repo / ".git" / "objects", [base.repo for base in bases])
 
@@ -201,7 +202,7 @@ class Trial:
         self._reset()
         return reverse_applies(self.repo, self.env, rendition.diff_text)
 
-    def three_way(self, rendition: PatchFile, bases: list[sources.Pristine]) -> tuple[str, str, str]:
+    def three_way(self, rendition: PatchFile, bases: list[pristine_tree.Pristine]) -> tuple[str, str, str]:
         """(result, commit or "", detail) of a three-way merge from the trees the rendition was
         made for (their objects are borrowed, not copied)."""
         self.borrow(bases)

@@ -33,24 +33,24 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from sglpatch.apply.pin_under_test import prepare_pin
 from sglpatch.bench import accuracy, scan
 from sglpatch.bench.client import bench_client
 from sglpatch.bench.collect import collect
 from sglpatch.bench.records import BenchRecord
 from sglpatch.bench.workloads import Serving, SingleStream
-from sglpatch.errors import SglpatchError
 from sglpatch.matrix.cells import Cell
+from sglpatch.matrix.records import FAILED, SKIPPED, CellRecord, last_json
 from sglpatch.matrix.rocm_judge import judge_figures
-from sglpatch.pin_under_test import prepare_pin
-from sglpatch.profile import load_profile
-from sglpatch.project import Project
-from sglpatch.records import FAILED, SKIPPED, CellRecord, last_json
+from sglpatch.plumbing.errors import SglpatchError
+from sglpatch.plumbing.project import Project
 from sglpatch.rehearsal import gsm8k
 from sglpatch.rehearsal.held_server import CHECKS, HeldServer
 from sglpatch.rehearsal.launch import cpu_launch
 from sglpatch.rehearsal.server_env import server_python
 from sglpatch.rocm.checks import serve_check
 from sglpatch.rocm.profiles import PROFILES
+from sglpatch.serving.profile import load_profile
 
 PROBES = Path(__file__).parent.parent / "witnesses" / "probes"
 SERVER_SITE = PROBES / "server_site"

@@ -5,7 +5,7 @@ Three layers, all in ``~/.cache/sglpatch/pyenv``:
 
 - the witnesses' **base** (torch 2.13.0 CPU and ``witnesses/requirements-cpu.txt``, shared by
   every pin) and the pin's **overlay** (its own transformers, xgrammar, apache-tvm-ffi), as
-  ``sglpatch.cpu_envs`` builds them for the probes;
+  ``sglpatch.witnesses.cpu_envs`` builds them for the probes;
 - the **server layer**: ``requirements-server.txt`` installed with ``--no-deps`` in a venv that
   sees the base, shared by every pin, keyed by that file's hash and the base's;
 - per pin, a **launcher**: an empty venv whose ``.pth`` puts the overlay, the server layer and
@@ -18,8 +18,9 @@ import hashlib
 import json
 from pathlib import Path
 
-from sglpatch import cache, cpu_envs, probe_runs
-from sglpatch.pins import Pin
+from sglpatch.plumbing import cache
+from sglpatch.sources.pins import Pin
+from sglpatch.witnesses import cpu_envs, probe_runs
 
 REQUIREMENTS = Path(__file__).parent / "requirements-server.txt"
 LAYOUT = "sglpatch-server-env-1"  # bump when the way the layers are put together changes

@@ -14,7 +14,8 @@ Read it one file at a time:
 - ``checks/``    the scripts that run inside the image (standard library only)
 - ``job``        one ROCm job per pin (and a cell alone): the image once, each server once
 
-Every module here but ``job`` sits below ``sglpatch.matrix`` and ``sglpatch.bench``, which import
-it and never each other; ``job`` alone runs the matrix's and the bench's checks and imports them.
+Every module here but ``job`` sits below the matrix's checks and ``sglpatch.bench``, which import
+it and never each other (all three write the records of ``sglpatch.matrix.records``); ``job`` alone
+runs the matrix's and the bench's checks and imports them.
 What a job runs and in which order is its plan, ``sglpatch.matrix.job_plan``.
 """

@@ -10,7 +10,7 @@ import shutil
 import time
 from pathlib import Path
 
-from sglpatch.records import last_json
+from sglpatch.matrix.records import last_json
 from sglpatch.rocm import containers
 from sglpatch.rocm.constants import CHECKPOINT_INSIDE, CHECKS_INSIDE
 

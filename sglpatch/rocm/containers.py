@@ -14,7 +14,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
-from sglpatch.errors import Unavailable
+from sglpatch.plumbing.errors import Unavailable
 from sglpatch.rocm.constants import LABEL_OWNER, OWNER
 
 # What sglang's own AMD CI gives its containers: the GPUs (kfd + dri render nodes), the video group,

@@ -15,9 +15,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from sglpatch.errors import SglpatchError
-from sglpatch.index_apply import commit_as_patch
-from sglpatch.pin_under_test import PinUnderTest
+from sglpatch.apply.index_apply import commit_as_patch
+from sglpatch.apply.pin_under_test import PinUnderTest
+from sglpatch.plumbing.errors import SglpatchError
 from sglpatch.rocm.constants import (CHECKOUT, LABEL_BASE, LABEL_OWNER, LABEL_PIN, LABEL_SERIES_HASH, LABEL_SERIES_VERSION, OWNER,
                                      TOOLS_DIR)
 from sglpatch.rocm.options import RocmOptions

@@ -26,15 +26,15 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from sglpatch.apply.pin_under_test import prepare_pin
 from sglpatch.bench import accuracy, on_rocm_node
-from sglpatch.cache import write_atomically
-from sglpatch.errors import SglpatchError
 from sglpatch.matrix.cells import Cell, validate_cell
 from sglpatch.matrix.job_plan import Group, Item, Launch, Launches, Step, describe, job_groups, lane_resources, needs_checkpoint, phases, server_starts
+from sglpatch.matrix.records import FAILED, PASSED, SKIPPED, CellRecord, Part, combine, last_json, matrix_dir, write_record
 from sglpatch.matrix.rocm_judge import judge, judge_figures, run_figures
-from sglpatch.pin_under_test import prepare_pin
-from sglpatch.project import Project
-from sglpatch.records import FAILED, PASSED, SKIPPED, CellRecord, Part, combine, last_json, matrix_dir, write_record
+from sglpatch.plumbing.cache import write_atomically
+from sglpatch.plumbing.errors import SglpatchError
+from sglpatch.plumbing.project import Project
 from sglpatch.rocm import containers
 from sglpatch.rocm.checkpoint import write_checkpoint
 from sglpatch.rocm.checks import serve_check

@@ -8,7 +8,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from sglpatch.errors import Unavailable
+from sglpatch.plumbing.errors import Unavailable
 from sglpatch.rocm import containers
 from sglpatch.rocm.constants import KFD, NODE_GPUS, ROCM_GPU
 

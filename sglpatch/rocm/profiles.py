@@ -5,8 +5,8 @@ Shared by the bench that starts them, the job that runs them and the plan that c
 
 from __future__ import annotations
 
-from sglpatch.profile import Profile
 from sglpatch.rocm.constants import MOE_INSIDE
+from sglpatch.serving.profile import Profile
 
 PROFILES = {"serving": "glm-5.2-mxfp4-mi355x-tp4dp2", "single-stream": "glm-5.2-mxfp4-mi355x"}
 

@@ -13,9 +13,9 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Callable
 
-from sglpatch import cache
-from sglpatch.errors import Unavailable
-from sglpatch.pins import Pin
+from sglpatch.plumbing import cache
+from sglpatch.plumbing.errors import Unavailable
+from sglpatch.sources.pins import Pin
 from sglpatch.witnesses import probing
 from sglpatch.witnesses.results import UNAVAILABLE, Witness, WitnessResult, is_probe_witness
 

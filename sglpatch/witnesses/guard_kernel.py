@@ -13,7 +13,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from sglpatch.processes import run_tool
+from sglpatch.plumbing.processes import run_tool
 from sglpatch.witnesses.results import BUG, UNAVAILABLE
 
 HEADER = "csrc/elementwise/fused_metadata_copy.cuh"

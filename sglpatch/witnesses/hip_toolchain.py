@@ -23,9 +23,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from sglpatch import cache
-from sglpatch.errors import Unavailable
-from sglpatch.processes import declared_env
+from sglpatch.plumbing import cache
+from sglpatch.plumbing.errors import Unavailable
+from sglpatch.plumbing.processes import declared_env
 from sglpatch.witnesses.guard_kernel import (KernelLayout, fp8_macro, judge_compile, per_arch, run_or_unavailable,
                                              translation_unit)
 from sglpatch.witnesses.results import BUG, CLEAN, UNAVAILABLE, WitnessResult

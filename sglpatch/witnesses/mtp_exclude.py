@@ -6,7 +6,7 @@ under the checkpoint's names, ``model.layers.{num_hidden_layers}.*`` for the MTP
 builds that layer as ``model.decoder.*`` (and ``model.eh_proj`` ...), so without the fix the
 exclusion misses and the bf16 shared expert gets a half-width MXFP4 slot.
 
-The check runs ``probes/mtp_probe.py`` in the pin's CPU Python (``sglpatch.probe_runs``), in the one
+The check runs ``probes/mtp_probe.py`` in the pin's CPU Python (``sglpatch.witnesses.probe_runs``), in the one
 child process per tree that all CPU witnesses share: sglang's own server args (the launch
 profile, TP 1), model config, loader and draft class build the whole MTP draft for tiny
 checkpoints that keep the MTP shared expert and ``eh_proj`` bf16, spelled three ways (fused
@@ -38,10 +38,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from sglpatch import cpu_envs, probe_runs
-from sglpatch.errors import SglpatchError
-from sglpatch.pins import Pin
-from sglpatch.profile import load_profile
+from sglpatch.plumbing.errors import SglpatchError
+from sglpatch.serving.profile import load_profile
+from sglpatch.sources.pins import Pin
+from sglpatch.witnesses import cpu_envs, probe_runs
 from sglpatch.witnesses import probing
 from sglpatch.witnesses.results import BUG, CLEAN, UNAVAILABLE, WitnessResult
 
@@ -113,7 +113,7 @@ def resolve_mtp_modules(tree: Path, pin: Pin, *, checkpoint: Path | None = None)
     other-typed parameter), ``not-loaded``, ``wrong-values``, ``fused`` (the draft built the module
     into its routed experts: ``fused_into`` names them), ``absent`` (no tensor for it in the
     checkpoint) or ``error`` (the loader failed on a tensor the parameter could hold). A case whose
-    draft could not be built has ``error`` instead. Raises ``sglpatch.cpu_envs.EnvUnavailable`` when
+    draft could not be built has ``error`` instead. Raises ``sglpatch.witnesses.cpu_envs.EnvUnavailable`` when
     the pin's CPU environment cannot be built and ``ProbeFailed`` when the probe gives no answer.
     """
     python = probe_runs.cpu_python(pin)

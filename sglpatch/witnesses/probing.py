@@ -7,10 +7,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from sglpatch import probe_runs
-from sglpatch.errors import Unavailable
-from sglpatch.pins import Pin
-from sglpatch.profile import Profile
+from sglpatch.plumbing.errors import Unavailable
+from sglpatch.serving.profile import Profile
+from sglpatch.sources.pins import Pin
+from sglpatch.witnesses import probe_runs
 from sglpatch.witnesses.results import UNAVAILABLE, WitnessResult
 
 DROP = "!"  # an argv item "!--flag" removes --flag (and its value) from the profile's arguments

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from sglpatch.errors import SglpatchError
-from sglpatch.series import RENDITIONS_DIR, regression_tests
+from sglpatch.plumbing.errors import SglpatchError
+from sglpatch.series.patches import RENDITIONS_DIR, regression_tests
 from sglpatch.witnesses.mtp_exclude import MtpQuarkExcludeWitness
 from sglpatch.witnesses.results import Witness
 from sglpatch.witnesses.rocm_flags import RocmFlagsWitness

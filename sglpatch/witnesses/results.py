@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from sglpatch.pins import Pin
+from sglpatch.sources.pins import Pin
 
 BUG = "bug"
 CLEAN = "clean"
@@ -40,7 +40,7 @@ class Witness(Protocol):
 
 
 class ProbeWitness(Protocol):
-    """A witness whose check is a probe in the pin's CPU Python (``sglpatch.probe_runs``)."""
+    """A witness whose check is a probe in the pin's CPU Python (``sglpatch.witnesses.probe_runs``)."""
 
     name: str
 

@@ -1,6 +1,6 @@
 """Witness ``rocm-flags``: what the pin's own ``ServerArgs`` makes of the GLM-5.2 MI355X profile.
 
-The launch profile (``sglpatch/profiles/glm-5.2-mxfp4-mi355x.toml``) is resolved by the pin's real
+The launch profile (``sglpatch/serving/profiles/glm-5.2-mxfp4-mi355x.toml``) is resolved by the pin's real
 ``ServerArgs`` on CPU, on an emulated 8x MI355X ROCm node (``probes/rocm_box.py``), for a
 synthetic GLM-5-shaped model, in a handful of scenarios derived from the profile. The scenarios
 run in ``probes/flags_probe.py``, in the one child process per tree that all CPU witnesses share
@@ -34,10 +34,11 @@ import json
 import tempfile
 from pathlib import Path
 
-from sglpatch import cache, cpu_envs, probe_runs
-from sglpatch.errors import Unavailable
-from sglpatch.pins import Pin
-from sglpatch.profile import Profile, load_profile
+from sglpatch.plumbing import cache
+from sglpatch.plumbing.errors import Unavailable
+from sglpatch.serving.profile import Profile, load_profile
+from sglpatch.sources.pins import Pin
+from sglpatch.witnesses import cpu_envs, probe_runs
 from sglpatch.witnesses import probing
 from sglpatch.witnesses.probing import DROP
 from sglpatch.witnesses.results import BUG, CLEAN, UNAVAILABLE, WitnessResult

@@ -50,10 +50,11 @@ from pathlib import Path
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
-from sglpatch import cache, sources
-from sglpatch.errors import SglpatchError, Unavailable
-from sglpatch.pins import Pin
-from sglpatch.processes import pip_env
+from sglpatch.plumbing import cache
+from sglpatch.plumbing.errors import SglpatchError, Unavailable
+from sglpatch.plumbing.processes import pip_env
+from sglpatch.sources import pristine_tree
+from sglpatch.sources.pins import Pin
 from sglpatch.witnesses import guard_kernel, hip_toolchain
 from sglpatch.witnesses.guard_kernel import (CUDA_HEADERS, HEADER, KernelLayout, first_error, fp8_macro,
                                              in_kernel_sources, kernel_layout, per_arch, run_or_unavailable,
@@ -122,7 +123,7 @@ class RocmGuardWitness:
 
 def required_tvm_ffi(pin: Pin) -> str:
     """The apache-tvm-ffi version the pin's metadata asks for (the newest pinned one in a range)."""
-    metadata = sources.pin_metadata(pin)
+    metadata = pristine_tree.pin_metadata(pin)
     match = re.search(r"^Requires-Dist: apache-tvm-ffi\s*\(?([^;\n)]*)", metadata, re.MULTILINE)
     if not match:
         raise SglpatchError(f"{pin.artifact}: its metadata does not require apache-tvm-ffi")

@@ -1,7 +1,7 @@
 """Witness ``upstream-test``: a patch's own regression tests, in sglang's layout, run on the tree.
 
 A patch's tests live beside it in ``patches/tests/<patch stem>/test/registered/unit/...`` (see
-``sglpatch.series``): the files its pull request adds, written as sglang's CPU unit tests are
+``sglpatch.series.patches``): the files its pull request adds, written as sglang's CPU unit tests are
 (``register_cpu_ci`` at the top, ``unittest`` with ``CustomTestCase``, no server, no weights, a
 ``__main__`` block). This witness runs them with ``probes/upstream_test_probe.py`` in the pin's
 CPU Python, in a child of the witnesses' fork server (the emulated MI355X box of
@@ -31,9 +31,9 @@ import hashlib
 import re
 from pathlib import Path
 
-from sglpatch import cpu_envs, probe_runs
-from sglpatch.pins import Pin
-from sglpatch.profile import load_profile
+from sglpatch.serving.profile import load_profile
+from sglpatch.sources.pins import Pin
+from sglpatch.witnesses import cpu_envs, probe_runs
 from sglpatch.witnesses import probing
 from sglpatch.witnesses.results import BUG, CLEAN, UNAVAILABLE, WitnessResult
 

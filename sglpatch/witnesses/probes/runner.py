@@ -4,7 +4,7 @@ each requested probe in turn.
     python runner.py SPEC.json OUT_DIR
 
 Runs in the pin's CPU interpreter with the tree's ``python/`` folder first on the path (see
-``sglpatch.probe_runs``). SPEC::
+``sglpatch.witnesses.probe_runs``). SPEC::
 
     {"workdir": "...", "import_env": {...}, "arch": "gfx950:sramecc+:xnack-", "tree": ".../python",
      "probes": [{"name": "mtp", "module": "mtp_probe", "limit_s": 120, "spec": {...}}, ...]}

@@ -1,0 +1,77 @@
+"""Rendering an apply run for people: a table per pin on the terminal."""
+
+from __future__ import annotations
+
+import re
+
+from sglpatch.apply.apply_pins import ApplyReport
+
+
+def render_apply(report: ApplyReport, report_path: str = "") -> str:
+    lines = [f"series v{report.series_version} ({report.series_digest[:12]})", ""]
+    for result in report.results:
+        state = "ok" if result.ok else "FAILED"
+        lines.append(f"sglang {result.version}: {state}  lock: {result.lock or '-'}  witnessed at: {witness_levels(result)}")
+        if result.unchecked:
+            lines.append(f"  the trees and commits are the lock's; not checked without witnesses: {'; '.join(result.unchecked)}")
+        if result.patches:
+            width = max(len(outcome.name) for outcome in result.patches)
+            for outcome in result.patches:
+                commit = outcome.commit[:12] if outcome.commit else "-"
+                needed = {True: "needed", False: "not needed", None: "needed ?"}[outcome.needed]
+                witness = f"witness {outcome.witness_before or '-'} -> {outcome.witness_after or '-'}"
+                if getattr(outcome, "tests_before", ""):
+                    witness += f"; tests {outcome.tests_before} -> {outcome.tests_after or '-'}"
+                status = outcome.status + (" UNPROVEN" if outcome.unproven else "")
+                lines.append(f"  {outcome.name:<{width}}  {status:<19}  {commit:<12}  {needed:<10}  {witness}")
+                for detail in outcome.detail.splitlines() if outcome.status != "applied" or outcome.unproven else []:
+                    lines.append(f"      {detail}")
+        else:
+            lines.append("  (no patches in the series)")
+        if result.ok:
+            lines.append(f"  tree: {result.tree_path}  (branch sglpatch at {result.commit[:12]})")
+        if result.error:
+            lines.append(f"  error: {result.error}")
+        lines.append("")
+    for suggestion in report.suggestions:
+        lines.append(
+            f"suggest for {suggestion.patch}: Upstream-Status: {suggestion.suggested} "
+            f"(now {suggestion.current}; {suggestion.evidence})"
+        )
+    if report_path:
+        lines.append(f"report: {report_path}")
+    return "\n".join(lines)
+
+
+def witness_levels(result) -> str:
+    """The level each patch's witness ran at on this pin (``[level]`` of its answers), by patch
+    number: how strong the proof behind the line is."""
+    levels: dict[str, list[str]] = {}
+    for outcome in result.patches:
+        names = levels.setdefault(outcome.name.split("-", 1)[0], [])
+        for answer in (outcome.witness_before, outcome.witness_after):
+            found = re.search(r"\[([^\]]+)\]$", answer or "")
+            if found and found.group(1) not in names:
+                names.append(found.group(1))
+    shown = [f"{number} {' / '.join(names)}" for number, names in levels.items() if names]
+    if any(name.startswith("include-graph") for names in levels.values() for name in names):
+        shown.append(f"nothing compiled; for hip-compile: {TOOLCHAIN_HINT}")
+    return ", ".join(shown) or "no witness ran"
+
+
+# How a run outside nox gets rocm-guard's compile level (nox's witness sessions install it).
+TOOLCHAIN_HINT = "bash ci/install-hip-toolchain.sh (nox -s apply installs it)"
+
+
+def render_witnesses(report: ApplyReport) -> str:
+    """One line per (pin, patch): the witness on the pristine tree and on the patched tree."""
+    lines = ["pin           patch                                              pristine -> patched   result"]
+    for result in report.results:
+        for outcome in result.patches:
+            before = outcome.witness_before or "-"
+            after = outcome.witness_after or ("= pristine" if outcome.status == "not-needed" else "-")
+            unproven = f"  UNPROVEN: {outcome.unproven}" if outcome.unproven else ""
+            lines.append(f"{result.version:<13} {outcome.name[:50]:<50} {before} -> {after}   {outcome.status}{unproven}")
+        if result.error:
+            lines.append(f"{result.version:<13} error: {result.error}")
+    return "\n".join(lines)

@@ -1,0 +1,1 @@
+"""Our patches: the series and its files, the diffs' checks, the lock, authoring, export, versions."""

@@ -1,0 +1,121 @@
+"""``series.lock``: per pin, the pristine commit, each patch's result and commit, the final commit
+and tree. Everyone who applies the same series to the same pins must get exactly these hashes."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from sglpatch.plumbing.cache import entry_lock, write_atomically
+from sglpatch.plumbing.errors import SglpatchError
+from sglpatch.plumbing.project import LOCK_FILE  # the layout names the file; kept here for its readers
+
+LOCK_FORMAT = 1
+
+
+@dataclass(frozen=True)
+class LockCheck:
+    state: str  # "matches", "recorded" (new entry), "updated", or "mismatch"
+    difference: str = ""
+
+
+def read_lock(path: Path) -> dict:
+    if not path.exists():
+        return {"format": LOCK_FORMAT, "pins": {}}
+    try:
+        data = json.loads(path.read_text())
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise SglpatchError(f"{path}: not valid JSON: {exc}") from None
+    if not isinstance(data, dict) or data.get("format") != LOCK_FORMAT or not isinstance(data.get("pins"), dict):
+        raise SglpatchError(f"{path}: not a format-{LOCK_FORMAT} sglpatch lock file (an object with format and pins)")
+    bad = [key for key, entry in data["pins"].items() if not isinstance(entry, dict)]
+    if bad:
+        raise SglpatchError(f"{path}: the entry for {bad[0]} is not an object")
+    # Entries are compared patch by patch (``result_of``, ``describe_difference``).
+    bad = [key for key, entry in data["pins"].items()
+           if not isinstance(entry.get("patches", []), list)
+           or not all(isinstance(patch, dict) and isinstance(patch.get("name"), str) for patch in entry.get("patches", []))]
+    if bad:
+        raise SglpatchError(f"{path}: the entry for {bad[0]} has patches that are not a list of objects with a name")
+    return data
+
+
+WITNESS_RECORD = "witness"  # a patch's record of how its outcome was proved (levels included)
+TESTS_RECORD = "tests"  # the same for its regression tests (upstream-test), where they ran beside it
+PROOF_RECORDS = (WITNESS_RECORD, TESTS_RECORD)
+
+
+def result_of(entry: dict | None) -> dict | None:
+    """The entry without its witness records: what everyone must reproduce. The level a witness
+    could run at depends on the machine (a toolchain installed or not), the result does not."""
+    if entry is None:
+        return None
+    patches = [{k: v for k, v in patch.items() if k not in PROOF_RECORDS} for patch in entry.get("patches", [])]
+    return {**entry, "patches": patches}
+
+
+def check_entry(path: Path, key: str, entry: dict, update: bool) -> LockCheck:
+    """Compare ``entry`` with the lock; record it when new or when ``update`` accepts a change
+    (with ``update`` the witness records are written too, even where the result matches)."""
+    with entry_lock(path):
+        data = read_lock(path)
+        old = data["pins"].get(key)
+        if old == entry or (result_of(old) == result_of(entry) and not update):
+            return LockCheck("matches")
+        if old is not None and not update:
+            return LockCheck("mismatch", describe_difference(old, entry))
+        state = "recorded" if old is None else "matches" if result_of(old) == result_of(entry) else "updated"
+        data["pins"][key] = entry
+        data["pins"] = dict(sorted(data["pins"].items()))
+        write_atomically(path, json.dumps(data, indent=2, sort_keys=False) + "\n")
+        return LockCheck(state)
+
+
+def compare_entry(path: Path, key: str, entry: dict) -> LockCheck:
+    """``entry`` against the lock, writing nothing: "matches", "not in the lock" or "mismatch"."""
+    old = read_lock(path)["pins"].get(key)
+    if result_of(old) == result_of(entry):
+        return LockCheck("matches")
+    if old is None:
+        return LockCheck("not in the lock")
+    return LockCheck("mismatch", describe_difference(old, entry))
+
+
+DECIDED_BY_TEXT = ("artifact_sha256", "pristine", "commit", "tree")
+
+
+def unchecked_verdicts(path: Path, key: str, entry: dict) -> list[str] | None:
+    """For a result classified by text alone (``apply --no-witnesses``): where it decided what
+    the lock records -- the artifact, the pristine commit, every patch's commit, the final commit
+    and tree -- the lock's verdicts that only a witness gives and that it therefore did not check,
+    one line per patch whose status differs (``[]`` where none does); ``None`` where the lock has
+    no entry or the result differs from it in what text decides."""
+    old = read_lock(path)["pins"].get(key)
+    if old is None or any(old.get(field) != entry.get(field) for field in DECIDED_BY_TEXT):
+        return None
+    locked = [(p.get("name"), p.get("commit", "")) for p in old.get("patches", [])]
+    if locked != [(p.get("name"), p.get("commit", "")) for p in entry.get("patches", [])]:
+        return None
+    return [f"{p['name']} {str(o.get('status'))} (text alone: {str(p.get('status'))})"
+            for o, p in zip(old.get("patches", []), entry.get("patches", [])) if o.get("status") != p.get("status")]
+
+
+def describe_difference(old: dict, new: dict) -> str:
+    lines = []
+    for field in ("artifact_sha256", "pristine", "commit", "tree"):
+        if old.get(field) != new.get(field):
+            lines.append(f"{field}: locked {old.get(field)}, got {new.get(field)}")
+    old, new = result_of(old), result_of(new)
+    old_patches = {p["name"]: p for p in old.get("patches", [])}
+    for patch in new.get("patches", []):
+        locked = old_patches.pop(patch["name"], None)
+        if locked != patch:
+            lines.append(f"patch {patch['name']}: locked {_plain(locked)}, got {_plain(patch)}")
+    lines.extend(f"patch {name}: locked but no longer in the series" for name in old_patches)
+    return "; ".join(lines)
+
+
+def _plain(patch: dict | None) -> dict | None:
+    """A patch's lock record with its values as the lock writes them (an outcome's word, not its repr)."""
+    return None if patch is None else {key: str(value) for key, value in patch.items()}

@@ -1,0 +1,1 @@
+"""Serving a model: launch profiles (``profiles/``) and the Quark checkpoint hand fix."""

@@ -1,0 +1,1 @@
+"""Where a pin's code comes from: the pins, the package index and its listing, the pristine tree."""
