@@ -110,7 +110,7 @@ def _clone_with_history(home: Path) -> str:
     git(repo, "tag", "v0.5.23")
     path = repo / "python/sglang/srt/models/glm4_moe.py"
     path.write_text(path.read_text().replace("import copy\n", "import copy  # later upstream work\n", 1))
-    git(repo, "commit", "-q", "-am", "Later upstream work")
+    git(repo, "-c", "user.name=Upstream Dev", "-c", "user.email=dev@example.com", "commit", "-q", "-am", "Later upstream work")
     return git(repo, "rev-parse", "main").strip()
 
 

@@ -393,9 +393,16 @@ def test_a_file_in_no_pr_split_part_is_refused_in_one_line(fake_project, tmp_pat
 
 
 @pytest.mark.network
-def test_sglangs_pre_commit_hooks_refuse_a_misspelt_unformatted_line_and_pass_a_clean_one(fake_project, tmp_path):
+def test_sglangs_pre_commit_hooks_refuse_a_misspelt_unformatted_line_and_pass_a_clean_one(fake_project, tmp_path,
+                                                                                             monkeypatch):
+    from conftest import _import_with_this_python
+    from sglpatch.rebase.trial import Trial
+
+    # The hooks need the network (the test is marked so); the fake release is no sglang, so the
+    # judge's import smoke is the fake releases' test double, as in the tests without network.
+    monkeypatch.setattr(Trial, "import_smoke", _import_with_this_python)
     files = tree_files("0.1.0")
-    module = "benchmark/new_script.py"  # outside python/sglang: no import check in the judge
+    module = "python/sglang/srt/layers/new_module.py"
     bad = 'import os\nimport sys\n\n\ndef f( x ):\n    # recieve it\n    return x\n'
     guarded = files[KERNEL].replace("#include <cuda_runtime.h>\n", "#ifndef USE_ROCM\n#include <cuda_runtime.h>\n#endif\n")
     patch = format_patch(tmp_path, files, {KERNEL: guarded, module: bad}, "add a module", trailers={"Witness": "guard-text"},

@@ -10,6 +10,8 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from packaging.version import Version
+
 from sglpatch.apply.checkouts import checkout_commit
 from sglpatch.apply.outcomes import Outcome
 from sglpatch.plumbing.gitcmd import git_out
@@ -35,6 +37,10 @@ class Writes:
     problems: list[str] = field(default_factory=list)
 
 
+def _newest(version: str, pins: tuple[Pin, ...]) -> bool:
+    return all(Version(version) > Version(pin.version) for pin in pins if pin.version != version)
+
+
 def rebase_patch(project, trial: Trial, patch: SeriesPatch, pins: tuple[Pin, ...], version: str, writes: Writes) -> RebaseOutcome:
     """``patch`` on the release in ``trial``: its verdict and every try; an accepted port becomes the
     trial's new parent, and what it asks to be written goes into ``writes``."""
@@ -45,9 +51,14 @@ def rebase_patch(project, trial: Trial, patch: SeriesPatch, pins: tuple[Pin, ...
         outcome.verdict = Outcome.WITNESS_UNAVAILABLE
         outcome.detail = f"{patch.name} names no witness, so nothing can confirm a port"
         return outcome
-    # The witness, and the patch's regression tests: a port is accepted only when both pass on
-    # it (the new pin is the newest, so its rendition is the one whose tests go upstream).
+    # The witness, and the patch's regression tests: a port is accepted only when both pass on it.
+    # The tests are written against the code that goes upstream, so they judge a port onto a
+    # release newer than every pin (its rendition becomes the main file); a release between pins
+    # (one left out, or one added late) is judged as apply judges older renditions, by the patch's
+    # own witness (by its tests where they are its witness).
     judged_by = registry.witnesses_for(patch, patch.main)
+    if not _newest(version, pins):
+        judged_by = judged_by[:1]
     witness = judged_by[0] if judged_by else witness
     outcome.witness = witness.name
     tree = git_out(["rev-parse", f"{trial.pristine.commit}^{{tree}}"], trial.repo)

@@ -24,10 +24,13 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--port", type=int, default=30000)
     args, _ = parser.parse_known_args(argv)
     asked = min(args.num_questions, QUESTIONS_ASKED)
+    # As the real one does (0.5.23 adds the scheme to a bare host; 0.5.10 takes either): the job
+    # passes the bare host, as the rehearsal against the real server found it must.
+    base = args.host if "://" in args.host else f"http://{args.host}"
     answered = 0
     for number in range(asked):
         payload = {"text": f"Question {number}: what is {number} + {number}?", "sampling_params": {"max_new_tokens": 8}}
-        request = urllib.request.Request(f"{args.host}:{args.port}/generate", json.dumps(payload).encode(),
+        request = urllib.request.Request(f"{base}:{args.port}/generate", json.dumps(payload).encode(),
                                          {"Content-Type": "application/json"})
         try:
             with urllib.request.urlopen(request, timeout=30) as response:
