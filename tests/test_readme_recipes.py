@@ -19,30 +19,13 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO_ROOT, git, skip_unless_required
+from test_witness_upstream_test import NEW_TEST  # the same real fix's test: a duplicate in __all__
 from sglpatch.plumbing import cache
 from sglpatch.sources import pristine_tree
 from sglpatch.sources.pins import load_pins
 
 pytestmark = pytest.mark.network
 README = (REPO_ROOT / "README.md").read_text()
-NEW_TEST = '''import unittest
-
-from sglang.test.ci import ci_register
-from sglang.test.ci.ci_register import register_cpu_ci
-from sglang.test.test_utils import CustomTestCase
-
-register_cpu_ci(est_time=1, suite="base-a-test-cpu")
-
-
-class TestCiRegisterExports(CustomTestCase):
-    def test_all_names_each_export_once(self):
-        names = ci_register.__all__
-        self.assertEqual(len(names), len(set(names)), sorted(names))
-
-
-if __name__ == "__main__":
-    unittest.main()
-'''
 MESSAGE = """[CI] List each CI registration helper once in __all__
 
 Problem: register_musa_ci is listed twice in sglang.test.ci.ci_register's
