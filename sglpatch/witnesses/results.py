@@ -9,7 +9,7 @@ the package's overview (``sglpatch.witnesses``) describes.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
@@ -26,6 +26,12 @@ class WitnessResult:
     state: str
     level: str = ""
     detail: str = ""
+    # Where the witness checks several cases (a witness's scenarios, a regression test's tests):
+    # case name -> bug, clean or unavailable, for comparing two witnesses of one patch case by case.
+    cases: dict = field(default_factory=dict)
+    # Empty when the check ran for this answer; else where the answer was replayed from (a stored
+    # answer), which every place that shows the answer says.
+    replayed: str = ""
 
     def summary(self) -> str:
         level = f" [{self.level}]" if self.level else ""
