@@ -47,7 +47,7 @@ from sglpatch.plumbing.gitcmd import borrow_objects, git_out, run_git
 from sglpatch.plumbing.processes import run_tool, user_git_env
 from sglpatch.series import diffs
 from sglpatch.series.authoring import applied_renditions
-from sglpatch.series.lock import read_lock
+from sglpatch.series.lock import locked_form, read_lock
 from sglpatch.series.patches import PatchFile
 from sglpatch.sources import pristine_tree
 
@@ -201,12 +201,13 @@ def locked_series(project, pin) -> Iterator[LockedSeries]:
             f"{project.lock_file}: the entry for {version} is for the artifact with sha256 {entry.get('artifact_sha256')}, "
             f"upstream/pins.toml pins {pin.sha256}; refused"
         )
-    locked = [outcome.get("name") for outcome in entry.get("patches", [])]
-    ours = [patch.name for patch in project.series().patches]
+    # The lock holds the patches that claim the pin (series.lock's docstring), in the series' order.
+    locked = [outcome.get("name") for outcome in locked_form(entry).get("patches", [])]
+    ours = [patch.name for patch in project.series().patches if patch.for_version(version) is not None]
     if locked != ours:
         raise SglpatchError(
             f"{project.lock_file}: the entry for {version} locks the patches {', '.join(locked) or 'none'}, "
-            f"the series has {', '.join(ours) or 'none'}; {_REPROVE}"
+            f"the series has {', '.join(ours) or 'none'} for it; {_REPROVE}"
         )
     renditions = applied_renditions(project, version)
     locked = [(o.get("commit", ""), o.get("status")) for o in entry["patches"] if o.get("status") in APPLIED_STATES]
