@@ -15,7 +15,7 @@ from pathlib import Path
 
 from sglpatch import __version__
 from sglpatch import exitcodes
-from sglpatch.plumbing import progress
+from sglpatch.plumbing import interrupts, progress
 from sglpatch.plumbing.errors import SglpatchError, Unavailable
 from sglpatch.plumbing.project import Project
 
@@ -51,7 +51,32 @@ upstream pull requests. `sglpatch COMMAND --help` tells more of each command."""
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run one command; every way it can stop ends in one line and an exit status of
+    ``exitcodes``: a refusal (``SglpatchError``, or an ``OSError`` such as a read-only file system,
+    naming its file) exits 2, a check that cannot run here 4, and Ctrl-C 130, saying what was
+    changed before it stopped, or that nothing was. (Any other exception is a bug of ours, and its
+    traceback is what to report.)"""
     argv = sys.argv[1:] if argv is None else list(argv)
+    interrupts.forget()
+    try:
+        return _run(argv)
+    except KeyboardInterrupt:
+        _say(f"interrupted: {interrupts.said()}")
+        return exitcodes.INTERRUPTED
+    except Unavailable as exc:
+        _say(f"cannot run here: {exc}")
+        return exitcodes.UNAVAILABLE
+    except SglpatchError as exc:
+        _say(f"error: {exc}")
+        return exitcodes.USAGE
+    except OSError as exc:
+        _say(f"error: {os_error(exc)}")
+        return exitcodes.USAGE
+    finally:
+        progress.stop()
+
+
+def _run(argv: list[str]) -> int:
     verb = verb_in(argv)
     if verb is not None and verb not in VERBS:
         print(f"sglpatch: error: {unknown_verb(verb)}", file=sys.stderr)
@@ -66,19 +91,20 @@ def main(argv: list[str] | None = None) -> int:
         print(verb_list(), file=sys.stderr)
         return exitcodes.USAGE
     progress.configure("quiet" if args.quiet else "auto")
-    try:
-        project = Project.find(args.root) if args.needs_project else None
-        return args.run(project, args)
-    except Unavailable as exc:
-        progress.stop()
-        print(f"sglpatch: cannot run here: {exc}", file=sys.stderr)
-        return exitcodes.UNAVAILABLE
-    except SglpatchError as exc:
-        progress.stop()
-        print(f"sglpatch: error: {exc}", file=sys.stderr)
-        return exitcodes.USAGE
-    finally:
-        progress.stop()
+    project = Project.find(args.root) if args.needs_project else None
+    return args.run(project, args)
+
+
+def _say(line: str) -> None:
+    progress.stop()
+    print(f"sglpatch: {line}", file=sys.stderr)
+
+
+def os_error(exc: OSError) -> str:
+    """An error of the operating system in one line, naming the file (both, for a rename)."""
+    where = ": ".join(str(name) for name in (exc.filename, exc.filename2) if name is not None)
+    what = exc.strerror or str(exc)
+    return f"{where}: {what}" if where else what
 
 
 def parser(verb: str | None = ALL) -> argparse.ArgumentParser:

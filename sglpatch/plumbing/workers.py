@@ -51,10 +51,11 @@ def share_out(
     initializer: Callable[..., None] | None = None,
     initargs: tuple = (),
     on_done: Callable[[Item, Any], None] | None = None,
+    on_start: Callable[[Item], None] | None = None,
 ) -> list[Any]:
     """``work(item)`` for every item in ``jobs`` worker processes, results in the items' order.
-    ``on_done(item, result)`` is called in this process as each finishes. An exception in a
-    worker stops the others and is raised here."""
+    ``on_start(item)`` and ``on_done(item, result)`` are called in this process as each is handed
+    out and as each finishes. An exception in a worker stops the others and is raised here."""
     pending: dict[Hashable, list[int]] = {}
     for index, item in enumerate(items):
         pending.setdefault(group_of(item), []).append(index)
@@ -77,6 +78,8 @@ def share_out(
         group, index = next_item(pending, worker["group"], busy)
         busy[group] = busy.get(group, 0) + 1
         worker["group"], worker["item"] = group, index
+        if on_start is not None:
+            on_start(items[index])
         worker["pipe"].send(index)
 
     try:

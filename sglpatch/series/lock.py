@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sglpatch.apply.outcomes import Outcome
+from sglpatch.plumbing import interrupts
 from sglpatch.plumbing.cache import entry_lock, write_atomically
 from sglpatch.plumbing.errors import SglpatchError
 from sglpatch.plumbing.project import LOCK_FILE  # the layout names the file; kept here for its readers
@@ -90,6 +91,7 @@ def check_entry(path: Path, key: str, entry: dict, update: bool) -> LockCheck:
         data["pins"][key] = entry
         data["pins"] = dict(sorted(data["pins"].items()))
         write_atomically(path, json.dumps(data, indent=2, sort_keys=False) + "\n")
+        interrupts.changed(f"{path.name}: the entry for {key}")
         return LockCheck(state)
 
 
