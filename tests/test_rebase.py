@@ -416,6 +416,36 @@ def test_already_pinned_version_is_refused(fake_project):
         rebase_onto(fake_project.project, "0.2.0")
 
 
+@pytest.mark.parametrize("given, says", [
+    ("banana", "sglpatch: error: 'banana' is not a version: rebase takes an sglang release, such as one newer than "
+               "the newest pin (0.2.0)"),
+    ("0.0.9", "sglpatch: error: sglang 0.0.9 is older than every pin (the oldest is 0.1.0): rebase ports the series "
+              "forward"),
+    ("0.3.0", "sglpatch: error: sglang 0.3.0 is not on the package index "),
+])
+def test_what_rebase_cannot_port_is_refused_in_one_line_before_it_starts(fake_project, tmp_path, given, says):
+    fake_project.set_patches([("0001-example.patch", _example_patch(tmp_path))])
+    _release(fake_project, "0.0.9", example_lines())  # on the index, but older than every pin
+    before = _snapshot(fake_project.root)
+    done = subprocess.run([sys.executable, "-m", "sglpatch", "--root", str(fake_project.root), "rebase", given],
+                          capture_output=True, text=True)
+    assert done.returncode == 2 and done.stdout == "", done.stdout + done.stderr
+    [line] = done.stderr.strip().splitlines()
+    assert line.startswith(says), line
+    if given == "0.3.0":
+        assert line.endswith("; the newest there is 0.2.0"), line
+    assert _snapshot(fake_project.root) == before and not (fake_project.root / "build").exists()
+
+
+def test_a_release_older_than_every_pin_is_ported_back_only_when_asked(fake_project, tmp_path):
+    fake_project.set_patches([("0001-example.patch", _example_patch(tmp_path))])
+    _release(fake_project, "0.0.9", example_lines())
+    with pytest.raises(SglpatchError, match="older than every pin .*--backwards ports it back anyway"):
+        rebase_onto(fake_project.project, "0.0.9", write=False)
+    report = rebase_onto(fake_project.project, "0.0.9", write=False, backwards=True)
+    assert _verdicts(report) == [("0001-example.patch", "carries-over")] and report.complete
+
+
 def test_spec_for_holds_exactly_the_given_pins():
     pinned = ["0.1.0", "0.2.0", "0.2.5", "0.3.0"]
     assert spec_for(["0.2.0"], pinned) == "==0.2.0"
