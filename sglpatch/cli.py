@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import difflib
 import importlib
+import os
 import sys
 from pathlib import Path
 
@@ -69,6 +70,10 @@ def main(argv: list[str] | None = None) -> int:
     except SglpatchError as exc:
         _say(f"error: {exc}")
         return exitcodes.USAGE
+    except BrokenPipeError:
+        # The reader of the output went away (`sglpatch pins | head -1`): nobody is left to tell.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return exitcodes.READER_GONE
     except OSError as exc:
         _say(f"error: {os_error(exc)}")
         return exitcodes.USAGE
@@ -86,7 +91,13 @@ def _run(argv: list[str]) -> int:
     if wrong:
         print(f"sglpatch {verb}: error: {wrong}", file=sys.stderr)
         return exitcodes.USAGE
-    args = top.parse_args(argv)
+    try:
+        args, extra = top.parse_known_args(argv)
+    except SystemExit as exc:  # argparse has said it (help, version, or a usage error in one line)
+        return exc.code if isinstance(exc.code, int) else exitcodes.USAGE
+    if extra:
+        print(f"sglpatch{f' {verb}' if verb else ''}: error: {unknown_arguments(extra, verb)}", file=sys.stderr)
+        return exitcodes.USAGE
     if getattr(args, "run", None) is None:
         print(verb_list(), file=sys.stderr)
         return exitcodes.USAGE
@@ -110,7 +121,7 @@ def os_error(exc: OSError) -> str:
 def parser(verb: str | None = ALL) -> argparse.ArgumentParser:
     """sglpatch's parser: every verb's own (the default), only ``verb``'s with the others listed
     by name and line, or (None) only the list."""
-    top = argparse.ArgumentParser(
+    top = OneLineErrors(
         prog="sglpatch",
         description=DESCRIPTION,
         epilog=exitcodes.TABLE,
@@ -124,6 +135,29 @@ def parser(verb: str | None = ALL) -> argparse.ArgumentParser:
         else:
             sub.add_parser(name, help=line)
     return top
+
+
+class OneLineErrors(argparse.ArgumentParser):
+    """argparse's parser (and its verbs' and their actions', which take its class), saying a usage
+    error in one line, with where to read the arguments, instead of the usage and the error."""
+
+    def error(self, message):
+        self.exit(exitcodes.USAGE, f"{self.prog}: error: {message} (`{self.prog} --help` tells its arguments)\n")
+
+
+def unknown_arguments(extra: list[str], verb: str | None) -> str:
+    """Arguments no parser took, and where an option among them is another verb's, that verb's
+    option and what it takes (``apply --depth 9``: the speculative depth is ``profile``'s)."""
+    said = f"unrecognized arguments: {' '.join(extra)}"
+    option = next((item.split("=", 1)[0] for item in extra if item.startswith("--")), None)
+    if option is None:
+        return said
+    owners = [(name, sub._option_string_actions[option]) for name, sub in _choices(parser(ALL)).items()
+              if name != verb and option in sub._option_string_actions]
+    if not owners:
+        return said
+    name, action = owners[0]
+    return f"{said}; {option} is an option of sglpatch {name}" + (f": {action.help}" if action.help else "")
 
 
 def _top_options(top: argparse.ArgumentParser) -> None:

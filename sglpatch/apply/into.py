@@ -69,6 +69,7 @@ class IntoResult:
     branch: str = ""  # the branch the commits are on; "" on a detached HEAD or a plain folder
     head_before: str = ""  # HEAD before the commits (what undoes them)
     subjects: list[str] = field(default_factory=list)  # of the commits, in order
+    outcomes: list[tuple[str, str]] = field(default_factory=list)  # (patch, status) of every patch claiming the pin
 
     @property
     def mode(self) -> str:
@@ -88,6 +89,7 @@ class LockedSeries:
     commits: list[str]
     proof: str  # what the lock records of the witnesses that proved the entry
     details: list[str] = field(default_factory=list)  # the same, one line per patch
+    outcomes: list[tuple[str, str]] = field(default_factory=list)  # (patch, status), as the lock has them
 
 
 def checkout_version(checkout: Path) -> tuple[str | None, str]:
@@ -128,7 +130,7 @@ def apply_into(project, checkout: Path, pin_name: str | None = None, *, witness:
         done = _into(checkout, locked.repo, pin.version, locked.pristine, locked.renditions, locked.commits,
                      locked.commit, f"as locked ({locked.proof})",
                      f"as locked: series.lock's tree {locked.tree[:12]}, remade here; no witness ran")
-    done.details = locked.details
+    done.details, done.outcomes = locked.details, locked.outcomes
     return done
 
 
@@ -244,7 +246,8 @@ def locked_series(project, pin) -> Iterator[LockedSeries]:
                 f"{str(entry.get('tree'))[:12]} (commit {str(entry.get('commit'))[:12]}); refused: {_REPROVE}"
             )
         yield LockedSeries(version, repo, pristine.commit, parent, tree, renditions, commits,
-                           f"series.lock tree {tree[:12]}; {locked_proof(entry)}", _proof_parts(entry)[0])
+                           f"series.lock tree {tree[:12]}; {locked_proof(entry)}", _proof_parts(entry)[0],
+                           [(str(o.get("name")), str(o.get("status"))) for o in locked_form(entry)["patches"]])
 
 
 def locked_proof(entry: dict) -> str:
@@ -317,6 +320,7 @@ def _witnessed_into(project, checkout: Path, pin, scratch: Path, allow_unavailab
                  short + (f"; {unproven} UNPROVEN (-v says why)" if unproven else ""))
     done.details = details + [f"{o.name.split('-', 1)[0]} UNPROVEN: {o.unproven}" for o in result.patches if o.unproven]
     done.details.append(f"series.lock: {lock}")
+    done.outcomes = [(o.name, str(o.status)) for o in result.patches if o.status != Outcome.NOT_APPLICABLE]
     return done
 
 
