@@ -22,7 +22,7 @@ exit status:
   3  the result differs from series.lock (apply --update-lock accepts it, for review)
   4  a witness or check could not run here (no toolchain, no CPU environment; the reason is printed)
   130  interrupted (Ctrl-C): the line says what was changed before it stopped, or that nothing was
-  141  the output's reader went away (`sglpatch pins | head -1`); nothing more is said
+  141  the output's reader went away (a pipe into head closed early); nothing more is said
   where several apply, the first of 1, 4, 3 wins"""
 
 
