@@ -6,6 +6,7 @@ step that the next run finishes if it was interrupted.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import tempfile
 from pathlib import Path
@@ -33,8 +34,10 @@ def ensure_tree_repo(tree_path: Path, pristine: Pristine) -> None:
             if tree_path.exists():
                 tree_path.rmdir()
             os.replace(staging, tree_path)
-        finally:
-            cache.remove(staging)
+        except BaseException:
+            with contextlib.suppress(OSError):  # what stopped the clone is the error to say, not this
+                cache.remove(staging)
+            raise
     local = run_git(["rev-parse", "--verify", "--quiet", PRISTINE_REF], tree_path, check=False)
     if local.stdout.decode().strip() == pristine.commit:
         return
