@@ -49,8 +49,9 @@ os.execv({real!r}, [{real!r}, *sys.argv[1:]])
     return {**os.environ, "PATH": f"{folder}:{os.environ['PATH']}"}, marker
 
 
-def _interrupted(command: list[str], env: dict[str, str], marker: Path) -> subprocess.CompletedProcess:
-    """Run ``command``, and press Ctrl-C once it reaches the held step."""
+def _interrupted(command: list[str], env: dict[str, str], marker: Path, group: bool = True) -> subprocess.CompletedProcess:
+    """Run ``command``, and press Ctrl-C once it reaches the held step (or, not ``group``, send
+    SIGINT to its first process alone, as ``kill -INT PID`` does)."""
     process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                start_new_session=True)
     deadline = time.monotonic() + HOLD_S
@@ -59,7 +60,10 @@ def _interrupted(command: list[str], env: dict[str, str], marker: Path) -> subpr
     if not marker.exists() or process.poll() is not None:
         process.kill()
         pytest.fail(f"the command ended before it reached the held step: {process.communicate()}")
-    os.killpg(process.pid, signal.SIGINT)  # what the terminal sends the whole foreground group
+    if group:
+        os.killpg(process.pid, signal.SIGINT)  # what the terminal sends the whole foreground group
+    else:
+        os.kill(process.pid, signal.SIGINT)
     stdout, stderr = process.communicate(timeout=60)
     return subprocess.CompletedProcess(command, process.returncode, stdout, stderr)
 
@@ -74,22 +78,34 @@ def _state(tree: Path) -> tuple[str, str, list[str]]:
             sorted(p.name for p in (tree / ".git").iterdir() if p.name.startswith("sglpatch-")))
 
 
-def test_ctrl_c_while_apply_builds_the_commits_exits_130_saying_nothing_was_changed(fake_project, tmp_path):
+IN_WORKERS = ("sglpatch: interrupted: stopped in a worker process: sglang 0.1.0's tree and lock entry are as they "
+              "were, or applied whole; sglang 0.2.0's tree and lock entry are as they were, or applied whole; "
+              "nothing else was changed")
+
+
+@pytest.mark.parametrize("pins, group, says", [
+    (["0.1.0"], True, "sglpatch: interrupted: nothing was changed"),
+    # Two pins in two worker processes: what each had done when it stopped stays in it, so the line
+    # says what it can have changed (a pin's tree and lock entry move whole or not at all).
+    (["-j", "2"], True, IN_WORKERS),
+    (["-j", "2"], False, IN_WORKERS),  # SIGINT to the first process alone: passed on to its workers
+])
+def test_ctrl_c_while_apply_builds_the_commits_exits_130_saying_what_was_changed(fake_project, tmp_path, pins, group, says):
     files = tree_files("0.1.0")
     guard = files[KERNEL].replace("#include <cuda_runtime.h>\n", "#ifndef USE_ROCM\n#include <cuda_runtime.h>\n#endif\n")
     fake_project.set_patches([("0001-guard.patch", format_patch(tmp_path, files, {KERNEL: guard}, "kernel: guard", trailers=WITNESSED))])
-    assert apply_series(fake_project.project, ["0.1.0"], run_witnesses=False).ok
-    tree, lock = fake_project.root / "build" / "trees" / "0.1.0", fake_project.root / "series.lock"
-    before, lock_before = _state(tree), lock.read_bytes()
+    assert apply_series(fake_project.project, run_witnesses=False).ok
+    trees, lock = [fake_project.root / "build" / "trees" / pin for pin in fake_project.versions], fake_project.root / "series.lock"
+    before, lock_before = [_state(tree) for tree in trees], lock.read_bytes()
     example = files[EXAMPLE].replace("line 20\n", "line twenty\n")
     fake_project.set_patches([("0001-guard.patch", format_patch(tmp_path, files, {KERNEL: guard}, "kernel: guard", trailers=WITNESSED)),
                               ("0002-example.patch", format_patch(tmp_path, files, {EXAMPLE: example}, "example: line 20",
                                                                           trailers=WITNESSED))])
     env, marker = _git_held_at(tmp_path / "held", "apply")
-    done = _interrupted([sys.executable, "-m", "sglpatch", "-q", "--root", str(fake_project.root), "apply", "0.1.0",
-                         "--no-witnesses", "--update-lock"], env, marker)
-    _one_line(done, 130, "sglpatch: interrupted: nothing was changed")
-    assert _state(tree) == before and lock.read_bytes() == lock_before
+    done = _interrupted([sys.executable, "-m", "sglpatch", "-q", "--root", str(fake_project.root), "apply", *pins,
+                         "--no-witnesses", "--update-lock"], env, marker, group)
+    _one_line(done, 130, says)
+    assert [_state(tree) for tree in trees] == before and lock.read_bytes() == lock_before
 
 
 def test_ctrl_c_while_apply_into_commits_in_the_checkout_exits_130_and_leaves_it_as_it_was(guarded, tmp_path):  # noqa: F811
