@@ -196,7 +196,28 @@ def upstream(session: nox.Session) -> None:
 @nox.session
 def rebase(session: nox.Session) -> None:
     """Forward-port the series to a new sglang release: `nox -s rebase -- 0.5.24`."""
+    _refuse_before_building(session)
     _sglpatch(session, "rebase")
+
+
+def _refuse_before_building(session: nox.Session) -> None:
+    """What `sglpatch rebase` refuses before it starts (not a version, pinned already, older than
+    every pin, not on the index), asked here in nox's own Python before sglpatch is installed and
+    the witnesses' toolchain built: a refusal costs a second, not the 40 s of building first. A
+    Python without what the question needs (an index that serves only HTML pages needs
+    pypi-simple) leaves it to the command itself."""
+    sys.path.insert(0, str(ROOT))
+    try:
+        from sglpatch.commands.rebase import refusal
+
+        reason = refusal(ROOT, session.posargs)
+    except ImportError as exc:
+        session.log(f"the release is looked up after sglpatch is installed ({exc})")
+        return
+    finally:
+        sys.path.remove(str(ROOT))
+    if reason:
+        session.error(f"sglpatch rebase: {reason}")
 
 
 @nox.session

@@ -10,12 +10,13 @@ from __future__ import annotations
 import argparse
 import difflib
 import importlib
+import os
 import sys
 from pathlib import Path
 
 from sglpatch import __version__
 from sglpatch import exitcodes
-from sglpatch.plumbing import progress
+from sglpatch.plumbing import interrupts, progress
 from sglpatch.plumbing.errors import SglpatchError, Unavailable
 from sglpatch.plumbing.project import Project
 
@@ -51,7 +52,36 @@ upstream pull requests. `sglpatch COMMAND --help` tells more of each command."""
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run one command; every way it can stop ends in one line and an exit status of
+    ``exitcodes``: a refusal (``SglpatchError``, or an ``OSError`` such as a read-only file system,
+    naming its file) exits 2, a check that cannot run here 4, and Ctrl-C 130, saying what was
+    changed before it stopped, or that nothing was. (Any other exception is a bug of ours, and its
+    traceback is what to report.)"""
     argv = sys.argv[1:] if argv is None else list(argv)
+    interrupts.forget()
+    try:
+        return _run(argv)
+    except KeyboardInterrupt:
+        _say(f"interrupted: {interrupts.said()}")
+        return exitcodes.INTERRUPTED
+    except Unavailable as exc:
+        _say(f"cannot run here: {exc}")
+        return exitcodes.UNAVAILABLE
+    except SglpatchError as exc:
+        _say(f"error: {exc}")
+        return exitcodes.USAGE
+    except BrokenPipeError:
+        # The reader of the output went away (`sglpatch pins | head -1`): nobody is left to tell.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return exitcodes.READER_GONE
+    except OSError as exc:
+        _say(f"error: {os_error(exc)}")
+        return exitcodes.USAGE
+    finally:
+        progress.stop()
+
+
+def _run(argv: list[str]) -> int:
     verb = verb_in(argv)
     if verb is not None and verb not in VERBS:
         print(f"sglpatch: error: {unknown_verb(verb)}", file=sys.stderr)
@@ -61,30 +91,37 @@ def main(argv: list[str] | None = None) -> int:
     if wrong:
         print(f"sglpatch {verb}: error: {wrong}", file=sys.stderr)
         return exitcodes.USAGE
-    args = top.parse_args(argv)
+    try:
+        args, extra = top.parse_known_args(argv)
+    except SystemExit as exc:  # argparse has said it (help, version, or a usage error in one line)
+        return exc.code if isinstance(exc.code, int) else exitcodes.USAGE
+    if extra:
+        print(f"sglpatch{f' {verb}' if verb else ''}: error: {unknown_arguments(extra, verb)}", file=sys.stderr)
+        return exitcodes.USAGE
     if getattr(args, "run", None) is None:
         print(verb_list(), file=sys.stderr)
         return exitcodes.USAGE
     progress.configure("quiet" if args.quiet else "auto")
-    try:
-        project = Project.find(args.root) if args.needs_project else None
-        return args.run(project, args)
-    except Unavailable as exc:
-        progress.stop()
-        print(f"sglpatch: cannot run here: {exc}", file=sys.stderr)
-        return exitcodes.UNAVAILABLE
-    except SglpatchError as exc:
-        progress.stop()
-        print(f"sglpatch: error: {exc}", file=sys.stderr)
-        return exitcodes.USAGE
-    finally:
-        progress.stop()
+    project = Project.find(args.root) if args.needs_project else None
+    return args.run(project, args)
+
+
+def _say(line: str) -> None:
+    progress.stop()
+    print(f"sglpatch: {line}", file=sys.stderr)
+
+
+def os_error(exc: OSError) -> str:
+    """An error of the operating system in one line, naming the file (both, for a rename)."""
+    where = ": ".join(str(name) for name in (exc.filename, exc.filename2) if name is not None)
+    what = exc.strerror or str(exc)
+    return f"{where}: {what}" if where else what
 
 
 def parser(verb: str | None = ALL) -> argparse.ArgumentParser:
     """sglpatch's parser: every verb's own (the default), only ``verb``'s with the others listed
     by name and line, or (None) only the list."""
-    top = argparse.ArgumentParser(
+    top = OneLineErrors(
         prog="sglpatch",
         description=DESCRIPTION,
         epilog=exitcodes.TABLE,
@@ -98,6 +135,29 @@ def parser(verb: str | None = ALL) -> argparse.ArgumentParser:
         else:
             sub.add_parser(name, help=line)
     return top
+
+
+class OneLineErrors(argparse.ArgumentParser):
+    """argparse's parser (and its verbs' and their actions', which take its class), saying a usage
+    error in one line, with where to read the arguments, instead of the usage and the error."""
+
+    def error(self, message):
+        self.exit(exitcodes.USAGE, f"{self.prog}: error: {message} (`{self.prog} --help` tells its arguments)\n")
+
+
+def unknown_arguments(extra: list[str], verb: str | None) -> str:
+    """Arguments no parser took, and where an option among them is another verb's, that verb's
+    option and what it takes (``apply --depth 9``: the speculative depth is ``profile``'s)."""
+    said = f"unrecognized arguments: {' '.join(extra)}"
+    option = next((item.split("=", 1)[0] for item in extra if item.startswith("--")), None)
+    if option is None:
+        return said
+    owners = [(name, sub._option_string_actions[option]) for name, sub in _choices(parser(ALL)).items()
+              if name != verb and option in sub._option_string_actions]
+    if not owners:
+        return said
+    name, action = owners[0]
+    return f"{said}; {option} is an option of sglpatch {name}" + (f": {action.help}" if action.help else "")
 
 
 def _top_options(top: argparse.ArgumentParser) -> None:

@@ -9,15 +9,20 @@ FAILED = 1
 USAGE = 2
 LOCK_MISMATCH = 3
 UNAVAILABLE = 4
+INTERRUPTED = 130  # as shells report a command stopped by SIGINT (128 + 2)
+READER_GONE = 141  # the output's reader went away, as shells report SIGPIPE (128 + 13)
 
 TABLE = """\
 exit status:
   0  ok
   1  a patch or a check failed: a conflict, a witness that still finds the bug, lint problems,
      a failed matrix cell, a rebase that cannot classify every patch
-  2  usage or bad input: a bad argument, a malformed pins.toml, patch or lock (the message names it)
+  2  usage or bad input: a bad argument, a malformed pins.toml, patch or lock, a file that cannot
+     be written (a read-only checkout); one line names it, and nothing is changed
   3  the result differs from series.lock (apply --update-lock accepts it, for review)
   4  a witness or check could not run here (no toolchain, no CPU environment; the reason is printed)
+  130  interrupted (Ctrl-C): the line says what was changed before it stopped, or that nothing was
+  141  the output's reader went away (a pipe into head closed early); nothing more is said
   where several apply, the first of 1, 4, 3 wins"""
 
 

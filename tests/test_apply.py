@@ -268,6 +268,45 @@ def test_pin_outside_every_rendition_is_not_applicable(fake_project, tmp_path):
     assert outcomes["0001-example.patch"].status == "not-applicable" and result.ok
 
 
+def _fix_of_one_pin(tmp_path, applies_to="==0.2.0"):
+    """A fix of one release, as `patch refresh` writes it (``Applies-To: ==<pin>``)."""
+    return ("0002-example.patch", _example_patch(tmp_path, trailers={"Applies-To": applies_to}))
+
+
+def test_a_fix_of_one_pin_is_locked_there_and_every_other_pins_entry_stays_as_it_was(fake_project, tmp_path):
+    fake_project.set_patches([("0001-guard.patch", _guard_patch(tmp_path))])
+    assert apply_text(fake_project.project).ok
+    lock_path = fake_project.root / "series.lock"
+    before = json.loads(lock_path.read_text())["pins"]
+    fake_project.set_patches([("0001-guard.patch", _guard_patch(tmp_path)), _fix_of_one_pin(tmp_path)])
+    assert apply_text(fake_project.project, ["0.2.0"], update_lock=True).ok
+    # Every pin passes with no other step: on 0.1.0 the fix is not applicable and needs no entry.
+    report = apply_text(fake_project.project)
+    assert report.ok, report.to_json()
+    outcomes, result = _outcomes(report, "0.1.0")
+    assert outcomes["0002-example.patch"].status == "not-applicable" and result.lock == "matches"
+    after = json.loads(lock_path.read_text())["pins"]
+    assert after["0.1.0"] == before["0.1.0"]
+    assert [p["name"] for p in after["0.2.0"]["patches"]] == ["0001-guard.patch", "0002-example.patch"]
+
+
+@pytest.mark.parametrize("locked_on, then, says", [
+    # The fix comes to claim a pin whose entry was made without it: a new result, named in words.
+    ("==0.2.0", ">=0.1.0", "patch 0002-example.patch: the lock has no entry for it on this pin, this run applied (commit "),
+    # It stops claiming a pin it is locked on: the lock's proof of that pin no longer holds.
+    (">=0.1.0", "==0.2.0", "patch 0002-example.patch: the lock has it applied (commit "),
+])
+def test_a_patch_that_comes_to_claim_a_pin_or_stops_is_a_mismatch_said_in_words(fake_project, tmp_path, locked_on, then, says):
+    fake_project.set_patches([("0001-guard.patch", _guard_patch(tmp_path)), _fix_of_one_pin(tmp_path, locked_on)])
+    assert apply_text(fake_project.project).ok
+    fake_project.set_patches([("0001-guard.patch", _guard_patch(tmp_path)), _fix_of_one_pin(tmp_path, then)])
+    _, result = _outcomes(apply_text(fake_project.project, ["0.1.0"]), "0.1.0")
+    assert result.lock == "mismatch" and says in result.error, result.error
+    assert "{" not in result.error and "None" not in result.error, result.error
+    if then == "==0.2.0":
+        assert "this run not-applicable (no rendition claims the pin" in result.error
+
+
 def test_warm_reapply_reuses_results_without_rebuilding(fake_project, tmp_path, monkeypatch):
     fake_project.set_patches([("0001-guard.patch", _guard_patch(tmp_path, trailers={"Witness": "guard-text"}))])
     first = apply_series(fake_project.project)

@@ -55,6 +55,18 @@ def test_a_new_commit_becomes_the_next_numbered_patch_in_the_series(applied):
     assert "refs/sglpatch/refreshed/" in git(tree, "for-each-ref", "--format=%(refname)")
 
 
+def test_a_new_patch_is_named_in_the_series_style_lowercase_words_of_its_subject(applied):
+    project = applied.project
+    tree = project.build_dir / "trees" / "0.1.0"
+    _commit(tree, EXAMPLE, "line 30\n", "line 30 mine\n",
+            "[AMD] Parse the connector type up to the first `://` only\n\nWitness: guard-text\nOrigin: a test")
+    [*_, new] = authoring.refresh(project, "0.1.0")
+    assert new.path.name == "0002-amd-parse-the-connector-type-up-to-the-first-only.patch"
+    assert (project.patches_dir / "series").read_text().splitlines()[-1] == new.path.name
+    assert authoring.patch_file_name(12, "A very long subject " + "word " * 30).startswith("0012-a-very-long-subject-word-")
+    assert len(authoring.patch_file_name(12, "A very long subject " + "word " * 30)) <= len("0012-.patch") + authoring.NAME_LENGTH
+
+
 def test_a_new_patch_without_its_witness_is_named_by_check(applied):
     project = applied.project
     tree = project.build_dir / "trees" / "0.1.0"

@@ -192,3 +192,18 @@ def test_help_imports_no_verb_and_pins_only_its_own():
 def test_a_verbs_own_help_still_lists_its_options():
     run = _python_m_sglpatch("apply", "--help")
     assert run.returncode == 0 and "--no-witnesses" in run.stdout and "--into CHECKOUT" in run.stdout
+
+
+def test_pins_has_a_heading_over_each_column_in_the_glossarys_words(capsys):
+    from sglpatch import cli
+
+    assert cli.main(["--root", str(REPO_ROOT), "pins"]) == 0
+    heading, *rows = capsys.readouterr().out.splitlines()
+    assert heading.split() == ["version", "tag", "tag", "commit", "checked", "artifact", "ROCm", "image"]
+    assert len(rows) >= 18 and all(row.split()[3] in ("verified", "unverified") or row.split()[2] == "(unknown)" for row in rows)
+    # Each column starts where its heading does.
+    first = rows[0]
+    for word in ("tag commit", "checked", "artifact", "ROCm image"):
+        assert first[heading.index(word) - 1] == " " and first[heading.index(word)] != " ", (word, heading, first)
+    glossary = (REPO_ROOT / "docs" / "glossary.md").read_text()
+    assert "## tag commit" in glossary and all(f"`{word}`" in glossary for word in ("verified", "unverified", "(unknown)"))

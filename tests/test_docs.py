@@ -5,6 +5,7 @@ is generated from sglpatch's own parser, so every command and option is in it.""
 from __future__ import annotations
 
 import argparse
+import re
 import shutil
 import subprocess
 import sys
@@ -71,3 +72,15 @@ def test_the_command_reference_has_every_command_and_every_option():
             missing.append(path)
         missing += [f"{path} {option}" for option in parser._option_string_actions if option not in page]
     assert missing == []
+
+
+def test_every_link_between_the_manuals_pages_works_unbuilt_as_on_github_too():
+    """A link from one page of the manual to another is followed on GitHub (and in a clone) as a
+    file of the repository, beside the built site: the page it names must be there, generated
+    pages included (docs/reference.md says where the generated reference is)."""
+    dead = []
+    for page in sorted((REPO_ROOT / "docs").rglob("*.md")):
+        for link in re.findall(r"\]\(([^)\s#]+)(?:#[^)]*)?\)", page.read_text()):
+            if "://" not in link and not link.startswith("mailto:") and not (page.parent / link).exists():
+                dead.append(f"{page.relative_to(REPO_ROOT)}: {link}")
+    assert dead == []

@@ -189,7 +189,7 @@ def test_a_leave_one_out_copy_is_rebased_inside_itself_whatever_sglpatch_out_dir
     monkeypatch.setenv(OUT_ENV, str(tmp_path / "outside"))
     seen = []
 
-    def rebase(project, version, write=True):
+    def rebase(project, version, write=True, backwards=False):
         seen.append((project.root, project.build_dir))
         return RebaseReport(version, "artifact")
 

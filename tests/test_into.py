@@ -621,6 +621,7 @@ def test_the_output_says_what_changed_what_proved_it_and_what_to_do_next(guarded
     commits = git(checkout, "log", "--format=%h %s", "-2", "--abbrev=12").splitlines()[::-1]
     assert f"{checkout}: 2 commits added on branch main, the series for sglang 0.1.0:" == lines[0]
     assert [line.strip() for line in lines[1:3]] == commits
+    assert lines[3] == "  patches: 0001 applied; 0002 applied"
     proof = [line for line in lines if line.startswith("proof: ")]
     assert len(proof) == 1 and len(proof[0]) <= 110, proof
     assert "series.lock" in proof[0] and "no witness ran" in proof[0]
@@ -640,4 +641,5 @@ def test_the_output_says_what_changed_what_proved_it_and_what_to_do_next(guarded
     git(checkout, "reset", "-q", "--keep", head)
     document = json.loads(_cli_into(guarded.root, checkout, "--json", cwd=tmp_path).stdout)
     assert document["branch"] == "main" and document["head_before"] == head and len(document["commits"]) == 2
+    assert document["patches"] == [{"name": "0001-guard.patch", "status": "applied"}, {"name": "0002-note.patch", "status": "applied"}]
     assert locked_proof(_locked(guarded.project)) in document["proof"]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import subprocess
 import sys
 
@@ -231,3 +232,44 @@ def test_the_noxfile_loads_in_noxs_own_python_with_sglpatchs_dependencies_missin
                             capture_output=True, text=True, timeout=120)
     assert loaded.returncode == 0, loaded.stderr[-2000:]
     assert int(loaded.stdout.split()[-1]) >= 18
+
+
+_REBASE_REFUSAL = _ONLY_NOX.rsplit("print(len(module.PINS))", 1)[0] + r'''
+class Session:
+    """nox's session as the rebase session uses it before it builds anything."""
+    def __init__(self, posargs):
+        self.posargs = posargs
+    def error(self, message):
+        print(f"REFUSED {message}")
+        raise SystemExit(0)
+    def log(self, message):
+        print(f"LOG {message}")
+    def __getattr__(self, name):
+        raise AssertionError(f"session.{name} before the refusal was asked")
+
+module._refuse_before_building(Session(sys.argv[2:]))
+print("GOES ON")
+'''
+
+
+@pytest.mark.parametrize("posargs, says", [
+    (["banana"], "REFUSED sglpatch rebase: 'banana' is not a version"),
+    (["0.5.9"], "REFUSED sglpatch rebase: sglang 0.5.9 is older than every pin (the oldest is 0.5.10)"),
+    (["0.5.11", "--dry-run"], "REFUSED sglpatch rebase: " + str(REPO_ROOT / "upstream" / "pins.toml") + ": 0.5.11 is already pinned"),
+    (["0.5.99"], "REFUSED sglpatch rebase: sglang 0.5.99 is not on the package index"),
+    (["0.5.24"], "GOES ON"),
+    (["0.5.9", "--backwards"], "GOES ON"),
+    (["--dry-run"], "GOES ON"),  # no version: the command itself says so, after nox installs it
+])
+def test_nox_rebase_refuses_in_noxs_own_python_before_it_installs_or_builds_anything(posargs, says, tmp_path):
+    """What `sglpatch rebase` refuses before it starts is asked in nox's own Python (none of
+    sglpatch's dependencies, only nox's), before the session installs sglpatch or the toolchain."""
+    index = tmp_path / "index"  # the package index: a folder holding 0.5.9 and 0.5.24 (names are what is read)
+    index.mkdir()
+    for name in ("sglang-0.5.24-cp311-cp311-manylinux_2_34_x86_64.whl", "sglang-0.5.9.tar.gz"):
+        (index / name).write_bytes(b"")
+    env = {**os.environ, "SGLPATCH_INDEX_URL": str(index)}
+    done = subprocess.run([sys.executable, "-c", _REBASE_REFUSAL, str(REPO_ROOT / "noxfile.py"), *posargs], cwd=REPO_ROOT,
+                          capture_output=True, text=True, timeout=120, env=env)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.splitlines()[-1].startswith(says), done.stdout

@@ -215,3 +215,36 @@ def test_a_broken_json_project_page_is_a_one_line_error_naming_the_page(body):
             index_listing.index_entries(url)
     message = str(refused.value)
     assert "\n" not in message and message.startswith(f"{url}/sglang/: not a PEP 691 or PEP 503 project page: "), message
+
+
+@pytest.mark.parametrize("page", ["json", "html"])
+def test_the_releases_on_an_index_are_read_from_its_file_names(page):
+    """What rebase looks up before it starts: the final and post releases the index has a file of,
+    from a JSON page as JSON (nox's own Python has no pypi-simple) and from an HTML page by pypi-simple."""
+    names = ["sglang-0.5.23-cp311-cp311-manylinux_2_34_x86_64.whl", "sglang-0.5.10.post1.tar.gz", "sglang-0.5.24rc1.tar.gz",
+             "sglang-0.5.9.tar.gz", "not-a-distribution.txt"]
+    bodies = {
+        "json": ("application/vnd.pypi.simple.v1+json", json.dumps({
+            "meta": {"api-version": "1.1"}, "name": "sglang",
+            "files": [{"filename": name, "url": f"../../files/{name}", "hashes": {}} for name in names]})),
+        "html": ("text/html", "<html><body>" + "".join(f'<a href="../../files/{n}">{n}</a>' for n in names) + "</body></html>"),
+    }
+    with _index_serving(*bodies[page], []) as url:
+        assert [str(v) for v in index_listing.released_versions(url)] == ["0.5.9", "0.5.10.post1", "0.5.23"]
+
+
+def test_pips_configuration_is_asked_of_pip_again_when_a_file_it_reads_changes(tmp_path, monkeypatch, cache_dir):
+    """pip's answer is remembered with what it read: asked once, it is not asked again while its
+    files and variables stay as they were, and asked again when one changes."""
+    _only_pip_config(monkeypatch, tmp_path, "[global]\nindex-url = file:///first\n")
+    asked = []
+    real = index.run_tool
+    monkeypatch.setattr(index, "run_tool", lambda command, *a, **k: asked.append(command[3:]) or real(command, *a, **k))
+    assert index.pip_settings()["index-url"] == "file:///first" and ["config", "list"] in asked
+    asked.clear()
+    assert index.pip_settings()["index-url"] == "file:///first" and asked == []
+    (tmp_path / "pip.conf").write_text("[global]\nindex-url = file:///second\n")
+    assert index.pip_settings()["index-url"] == "file:///second" and ["config", "list"] in asked
+    asked.clear()
+    monkeypatch.setenv("PIP_INDEX_URL", "file:///from/the/environment")
+    assert index.pip_settings()["index-url"] == "file:///from/the/environment" and ["config", "list"] in asked

@@ -36,3 +36,34 @@ def test_model_comes_from_the_environment_when_not_given(monkeypatch):
 def test_unknown_profile_is_refused_with_the_known_ones():
     with pytest.raises(SglpatchError, match="known: glm-5.2-mxfp4-mi355x"):
         load_profile("nope")
+
+
+def _said(capsys, *argv) -> tuple[int, str, str]:
+    from sglpatch import cli
+
+    status = cli.main(list(argv))
+    out, err = capsys.readouterr()
+    return status, out, err
+
+
+def test_another_depth_says_that_depth_in_the_header_too(capsys):
+    status, out, _ = _said(capsys, "profile", "--depth", "3")
+    header, command = out.splitlines()
+    assert status == 0 and header.endswith("EAGLE/MTP depth 3") and "depth 5" not in header
+    assert "--speculative-num-steps 3 " in command and "--speculative-num-draft-tokens 4" in command
+    assert _said(capsys, "profile")[1].splitlines()[0].endswith("EAGLE/MTP depth 5")
+
+
+@pytest.mark.parametrize("argv, says", [
+    (["profile", "--depth", "0"], "sglpatch profile: error: argument --depth: '0' is no speculative depth: "
+                                  "a depth is a whole number of draft steps from 1 to 16"),
+    (["profile", "--depth", "five"], "sglpatch profile: error: argument --depth: 'five' is no speculative depth"),
+    # README invites --depth beside the serve recipe's apply: the depth is the launch profile's.
+    (["apply", "0.5.23", "--depth", "9"], "sglpatch apply: error: unrecognized arguments: --depth 9; --depth is an "
+                                          "option of sglpatch profile: speculative depth D, a whole number of draft "
+                                          "steps from 1 to 16"),
+])
+def test_a_depth_that_is_no_depth_or_given_to_another_command_is_one_line_saying_which_depths_are(capsys, argv, says):
+    status, out, err = _said(capsys, *argv)
+    assert status == 2 and out == "" and len(err.splitlines()) == 1 and err.startswith(says), err
+    assert ".toml" not in err and "usage:" not in err

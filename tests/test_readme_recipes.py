@@ -18,8 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO_ROOT, git, skip_unless_required
+from conftest import REAL_PINS, REPO_ROOT, git, skip_unless_required
 from test_witness_upstream_test import NEW_TEST  # the same real fix's test: a duplicate in __all__
+from sglpatch.apply.apply_pins import apply_series
 from sglpatch.plumbing import cache
 from sglpatch.sources import pristine_tree
 from sglpatch.sources.pins import load_pins
@@ -97,6 +98,21 @@ def _clone_with_history(home: Path) -> str:
     return git(repo, "rev-parse", "main").strip()
 
 
+def _every_pin_still_applies(project, new_stem: str) -> None:
+    """After the recipe, `nox -s apply` (every pin, as CI's users run it) passes with no other
+    step: the new fix is locked on 0.5.23, where it applies, and on the seventeen other pins it is
+    not applicable and needs no entry. Driven through the library the session calls, by text alone
+    (--no-witnesses): the lock is what this proves, and the witnesses ran on 0.5.23 above."""
+    lock = project.lock_file.read_text()
+    report = apply_series(project, run_witnesses=False, jobs=2)
+    failed = [f"{r.version}: {r.error}" for r in report.results if not r.ok]
+    assert failed == [] and len(report.results) == len(REAL_PINS.pins), failed
+    for result in report.results:
+        new = next(o for o in result.patches if o.name == f"{new_stem}.patch")
+        assert result.lock == "matches" and new.status == ("applied" if result.version == "0.5.23" else "not-applicable")
+    assert project.lock_file.read_text() == lock
+
+
 def test_your_own_fix_then_send_a_fix_upstream_as_the_readme_writes_them(project_copy, tmp_path):
     root, home = project_copy.root, tmp_path / "home"
     env = _shell_env(home)
@@ -124,6 +140,7 @@ def test_your_own_fix_then_send_a_fix_upstream_as_the_readme_writes_them(project
         skip_unless_required(f"the new fix's test could not run here: {entry['witness']}")
     assert entry["witness"] == {"pristine": "bug [unittest gfx950]", "patched": "clean [unittest gfx950]"}, applied
     assert entry["status"] == "applied" and entry["commit"] == locked["commit"]
+    _every_pin_still_applies(project_copy, new_stem)
 
     later = _clone_with_history(home)
     [line] = recipe("Send a fix upstream.")

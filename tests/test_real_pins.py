@@ -14,7 +14,7 @@ from sglpatch.apply.apply_pins import apply_series
 from sglpatch.series.patches import load_series
 from sglpatch.sources import index_listing, pristine_tree
 from sglpatch.sources.pins import load_pins
-from sglpatch.upstream.watch import index_releases
+from sglpatch.sources.index_listing import released_versions
 
 PINS = load_pins(REPO_ROOT / "upstream" / "pins.toml")
 
@@ -57,7 +57,7 @@ def test_apply_reproduces_the_committed_lock_exactly(project_copy, tmp_path, ver
 def test_every_release_on_the_index_in_the_pinned_range_is_pinned():
     low, high = PINS.pins[0].parsed_version, PINS.newest.parsed_version
     pinned = {pin.parsed_version for pin in PINS.pins}
-    missing = [str(v) for v in index_releases() if low <= v <= high and v not in pinned]
+    missing = [str(v) for v in released_versions() if low <= v <= high and v not in pinned]
     assert not missing, f"on the package index but not pinned in upstream/pins.toml: {', '.join(missing)}"
 
 
@@ -76,7 +76,7 @@ def test_each_pin_is_its_index_artifact_with_the_index_sha256_and_upload_time():
 
 def test_every_rendition_claims_only_pinned_releases_of_the_index():
     pinned = {pin.parsed_version for pin in PINS.pins}
-    releases = index_releases()
+    releases = released_versions()
     for patch in load_series(REPO_ROOT / "patches").patches:
         for rendition in patch.renditions:
             claimed = [v for v in releases if rendition.applies_to.contains(v, prereleases=True)]

@@ -249,7 +249,8 @@ def test_bug_fixed_differently_upstream_is_fixed_upstream_and_no_rendition_claim
     # The main rendition claimed ">=0.1"; now it holds only the pins it was applied to.
     assert "Applies-To: >=0.1.0,<=0.2.0" in (fake_project.root / "patches" / "0001-example.patch").read_text()
     lock = read_lock(fake_project.root / "series.lock")["pins"]["0.3.0"]
-    assert lock["patches"][0]["status"] == "not-applicable"
+    # No rendition claims the release: the patch has no entry there (series.lock locks a patch where it applies).
+    assert lock["patches"] == []
 
 
 def test_moved_file_whose_rendition_reverse_applies_is_already_upstream_not_fixed_differently(fake_project, tmp_path):
@@ -413,6 +414,36 @@ def test_cli_rebase_prints_every_try_and_writes_a_json_report(fake_project, tmp_
 def test_already_pinned_version_is_refused(fake_project):
     with pytest.raises(SglpatchError, match="already pinned"):
         rebase_onto(fake_project.project, "0.2.0")
+
+
+@pytest.mark.parametrize("given, says", [
+    ("banana", "sglpatch: error: 'banana' is not a version: rebase takes an sglang release, such as one newer than "
+               "the newest pin (0.2.0)"),
+    ("0.0.9", "sglpatch: error: sglang 0.0.9 is older than every pin (the oldest is 0.1.0): rebase ports the series "
+              "forward"),
+    ("0.3.0", "sglpatch: error: sglang 0.3.0 is not on the package index "),
+])
+def test_what_rebase_cannot_port_is_refused_in_one_line_before_it_starts(fake_project, tmp_path, given, says):
+    fake_project.set_patches([("0001-example.patch", _example_patch(tmp_path))])
+    _release(fake_project, "0.0.9", example_lines())  # on the index, but older than every pin
+    before = _snapshot(fake_project.root)
+    done = subprocess.run([sys.executable, "-m", "sglpatch", "--root", str(fake_project.root), "rebase", given],
+                          capture_output=True, text=True)
+    assert done.returncode == 2 and done.stdout == "", done.stdout + done.stderr
+    [line] = done.stderr.strip().splitlines()
+    assert line.startswith(says), line
+    if given == "0.3.0":
+        assert line.endswith("; the newest there is 0.2.0"), line
+    assert _snapshot(fake_project.root) == before and not (fake_project.root / "build").exists()
+
+
+def test_a_release_older_than_every_pin_is_ported_back_only_when_asked(fake_project, tmp_path):
+    fake_project.set_patches([("0001-example.patch", _example_patch(tmp_path))])
+    _release(fake_project, "0.0.9", example_lines())
+    with pytest.raises(SglpatchError, match="older than every pin .*--backwards ports it back anyway"):
+        rebase_onto(fake_project.project, "0.0.9", write=False)
+    report = rebase_onto(fake_project.project, "0.0.9", write=False, backwards=True)
+    assert _verdicts(report) == [("0001-example.patch", "carries-over")] and report.complete
 
 
 def test_spec_for_holds_exactly_the_given_pins():

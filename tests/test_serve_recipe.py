@@ -30,15 +30,15 @@ def _serve(checkout: Path, cwd: Path) -> subprocess.CompletedProcess:
                           cwd=cwd, timeout=600)
 
 
-def _image_checkout(dest: Path) -> Path:
+def _image_checkout(dest: Path, version: str = VERSION) -> Path:
     """sglang's checkout as in the released image: the release's files, one commit, its tag."""
-    pristine_subtree(VERSION, dest)
+    pristine_subtree(version, dest)
     git(dest, "init", "-q", "-b", "main")
     git(dest, "config", "user.name", "Rocm User")
     git(dest, "config", "user.email", "user@example.com")
     git(dest, "add", "-A")
-    git(dest, "commit", "-q", "-m", f"sglang {VERSION}")
-    git(dest, "tag", f"v{VERSION}")
+    git(dest, "commit", "-q", "-m", f"sglang {version}")
+    git(dest, "tag", f"v{version}")
     return dest
 
 
@@ -83,3 +83,13 @@ def test_the_serve_recipe_from_another_folder_on_a_linked_worktree(tmp_path):
     assert done.stdout.startswith(f"{worktree}: {len(applied)} commits added on branch serving")
     _holds_the_locked_series(worktree, applied)
     assert git(checkout, "rev-parse", "main").strip() == git(checkout, "rev-parse", f"v{VERSION}").strip()
+
+
+def test_the_serve_recipe_names_every_fix_even_one_the_release_needs_no_commit_for(tmp_path):
+    # README promises three fixes; on 0.5.23 the ROCm guard is upstream's own (0001 not needed),
+    # so two commits are added, and the output still says what became of all three.
+    checkout = _image_checkout(tmp_path / "sglang", "0.5.23")
+    done = _serve(checkout, tmp_path / "home")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.startswith(f"{checkout}: 2 commits added on branch main")
+    assert "  patches: 0001 not needed: fixed in this release; 0002 applied; 0003 applied\n" in done.stdout, done.stdout

@@ -9,7 +9,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from sglpatch.apply.one_pin import PinResult, apply_pin
-from sglpatch.plumbing import cache, progress, workers
+from sglpatch.plumbing import cache, interrupts, progress, workers
 from sglpatch.plumbing.errors import SglpatchError
 from sglpatch.plumbing.project import Project
 from sglpatch.sources import pristine_tree
@@ -95,10 +95,13 @@ def _apply_in_workers(project, selected, series, trees, git_url, options, jobs) 
     worker_mode = "lines" if progress.mode() == "lines" else "quiet"
     label = f"apply: {len(selected)} pins on {min(jobs, len(selected))} workers"
     with progress.step(label, total=len(selected)) as shown:
-        done = []
+        done, started = [], {}
 
         def count(item, result: PinResult) -> None:
             done.append(result)
+            started.pop(result.version, None)
+            if result.ok and options["record"]:
+                interrupts.changed(f"sglang {result.version} applied in {result.tree_path}")
             shown.advance()
             shown.update(f"{len(done)}/{len(selected)} pins done (sglang {result.version}: "
                          f"{'ok' if result.ok else 'FAILED'})")
@@ -106,8 +109,17 @@ def _apply_in_workers(project, selected, series, trees, git_url, options, jobs) 
         # Without witnesses no CPU Python is used, and none is looked up.
         groups = {pin.version: cpu_envs.env_group(pin) if options["run_witnesses"] else pin.version for pin in selected}
         work = functools.partial(_apply_numbered, project, series, trees, git_url, options)
-        return workers.share_out(numbered, lambda item: groups[item[1].version], work, jobs,
-                                 initializer=progress.configure, initargs=(worker_mode,), on_done=count)
+        try:
+            return workers.share_out(numbered, lambda item: groups[item[1].version], work, jobs,
+                                     initializer=progress.configure, initargs=(worker_mode,), on_done=count,
+                                     on_start=lambda item: started.setdefault(item[1].version, item[1]))
+        except KeyboardInterrupt:
+            # A worker's pin is moved whole or not at all (``interrupts.whole``), but what it had
+            # done when it stopped stays in the worker: say what may have changed.
+            if options["record"]:
+                for version in started:
+                    interrupts.may_have_changed(f"sglang {version}'s tree and lock entry are as they were, or applied whole")
+            raise
 
 
 def _apply_numbered(project, series, trees, git_url, options, item) -> PinResult:

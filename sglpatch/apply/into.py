@@ -41,35 +41,19 @@ from pathlib import Path
 from sglpatch.apply.apply_pins import apply_series
 from sglpatch.apply.index_apply import commit_patch, display_name, made_on, three_way_to_index
 from sglpatch.apply.outcomes import APPLIED_STATES, FAILURES, Outcome
-from sglpatch.plumbing import cache
+from sglpatch.apply.user_git import (discard, git_path, has_branch, is_git, refuse_during_an_operation,
+                                      refuse_unless_writable, require_committer, user_git)
+from sglpatch.plumbing import cache, interrupts
 from sglpatch.plumbing.errors import SglpatchError
 from sglpatch.plumbing.gitcmd import borrow_objects, git_out, run_git
-from sglpatch.plumbing.processes import run_tool, user_git_env
 from sglpatch.series import diffs
 from sglpatch.series.authoring import applied_renditions
-from sglpatch.series.lock import read_lock
+from sglpatch.series.lock import locked_form, read_lock
 from sglpatch.series.patches import PatchFile
 from sglpatch.sources import pristine_tree
 
-USER_GIT_TIMEOUT_S = 300
 _LEVEL = re.compile(r"\[[^\]]+\]")  # the level a witness answer ran at, as WitnessResult.summary shows it
 _SCM_VERSION = re.compile(r"""^(?:__version__\s*=\s*)?version\s*=\s*['"]([^'"]+)['"]""", re.MULTILINE)
-
-
-# What git itself reads for the committer's identity, beside the configuration files in HOME.
-IDENTITY_ENV = ("GIT_COMMITTER_NAME", "GIT_COMMITTER_EMAIL", "EMAIL", "GIT_CONFIG_GLOBAL", "GIT_CONFIG_SYSTEM",
-                "GIT_CONFIG_NOSYSTEM")
-# The operations git refuses to start another beside, by the file each leaves in the git
-# directory (as git status tells them apart), with how git says to end each.
-IN_PROGRESS = (
-    ("rebase-merge", "a rebase is in progress", "git rebase --continue or git rebase --abort"),
-    ("rebase-apply/applying", "'git am' is in progress", "git am --continue or git am --abort"),
-    ("rebase-apply", "a rebase is in progress", "git rebase --continue or git rebase --abort"),
-    ("MERGE_HEAD", "a merge is in progress", "git merge --continue or git merge --abort"),
-    ("CHERRY_PICK_HEAD", "a cherry-pick is in progress", "git cherry-pick --continue or git cherry-pick --abort"),
-    ("REVERT_HEAD", "a revert is in progress", "git revert --continue or git revert --abort"),
-    ("BISECT_LOG", "a bisect is in progress", "git bisect reset"),
-)
 
 
 @dataclass
@@ -85,6 +69,7 @@ class IntoResult:
     branch: str = ""  # the branch the commits are on; "" on a detached HEAD or a plain folder
     head_before: str = ""  # HEAD before the commits (what undoes them)
     subjects: list[str] = field(default_factory=list)  # of the commits, in order
+    outcomes: list[tuple[str, str]] = field(default_factory=list)  # (patch, status) of every patch claiming the pin
 
     @property
     def mode(self) -> str:
@@ -104,6 +89,7 @@ class LockedSeries:
     commits: list[str]
     proof: str  # what the lock records of the witnesses that proved the entry
     details: list[str] = field(default_factory=list)  # the same, one line per patch
+    outcomes: list[tuple[str, str]] = field(default_factory=list)  # (patch, status), as the lock has them
 
 
 def checkout_version(checkout: Path) -> tuple[str | None, str]:
@@ -144,7 +130,7 @@ def apply_into(project, checkout: Path, pin_name: str | None = None, *, witness:
         done = _into(checkout, locked.repo, pin.version, locked.pristine, locked.renditions, locked.commits,
                      locked.commit, f"as locked ({locked.proof})",
                      f"as locked: series.lock's tree {locked.tree[:12]}, remade here; no witness ran")
-    done.details = locked.details
+    done.details, done.outcomes = locked.details, locked.outcomes
     return done
 
 
@@ -167,14 +153,14 @@ def _pin_of(project, checkout: Path, pin_name: str | None):
 def _into(checkout: Path, repo: Path, version: str, pristine: str, renditions, commits: list[str], final: str,
           proof: str, summary: str) -> IntoResult:
     touched = sorted({path for _, rendition in renditions for path in _paths(rendition)})
-    is_git = _is_git(checkout)
-    if is_git:
-        _refuse_during_an_operation(checkout)
+    in_git = is_git(checkout)
+    if in_git:
+        refuse_during_an_operation(checkout)
     if touched and _already_applied(checkout, repo, final, touched):
         done = IntoResult(checkout, version, "already applied", [], touched)
     else:
         _refuse_unless_pristine(checkout, repo, pristine, touched, version)
-        if is_git:
+        if in_git:
             done = _into_git(checkout, repo, version, renditions, commits, touched)
         else:
             done = _into_folder(checkout, repo, version, final, touched)
@@ -201,12 +187,13 @@ def locked_series(project, pin) -> Iterator[LockedSeries]:
             f"{project.lock_file}: the entry for {version} is for the artifact with sha256 {entry.get('artifact_sha256')}, "
             f"upstream/pins.toml pins {pin.sha256}; refused"
         )
-    locked = [outcome.get("name") for outcome in entry.get("patches", [])]
-    ours = [patch.name for patch in project.series().patches]
+    # The lock holds the patches that claim the pin (series.lock's docstring), in the series' order.
+    locked = [outcome.get("name") for outcome in locked_form(entry).get("patches", [])]
+    ours = [patch.name for patch in project.series().patches if patch.for_version(version) is not None]
     if locked != ours:
         raise SglpatchError(
             f"{project.lock_file}: the entry for {version} locks the patches {', '.join(locked) or 'none'}, "
-            f"the series has {', '.join(ours) or 'none'}; {_REPROVE}"
+            f"the series has {', '.join(ours) or 'none'} for it; {_REPROVE}"
         )
     renditions = applied_renditions(project, version)
     locked = [(o.get("commit", ""), o.get("status")) for o in entry["patches"] if o.get("status") in APPLIED_STATES]
@@ -259,7 +246,8 @@ def locked_series(project, pin) -> Iterator[LockedSeries]:
                 f"{str(entry.get('tree'))[:12]} (commit {str(entry.get('commit'))[:12]}); refused: {_REPROVE}"
             )
         yield LockedSeries(version, repo, pristine.commit, parent, tree, renditions, commits,
-                           f"series.lock tree {tree[:12]}; {locked_proof(entry)}", _proof_parts(entry)[0])
+                           f"series.lock tree {tree[:12]}; {locked_proof(entry)}", _proof_parts(entry)[0],
+                           [(str(o.get("name")), str(o.get("status"))) for o in locked_form(entry)["patches"]])
 
 
 def locked_proof(entry: dict) -> str:
@@ -332,6 +320,7 @@ def _witnessed_into(project, checkout: Path, pin, scratch: Path, allow_unavailab
                  short + (f"; {unproven} UNPROVEN (-v says why)" if unproven else ""))
     done.details = details + [f"{o.name.split('-', 1)[0]} UNPROVEN: {o.unproven}" for o in result.patches if o.unproven]
     done.details.append(f"series.lock: {lock}")
+    done.outcomes = [(o.name, str(o.status)) for o in result.patches if o.status != Outcome.NOT_APPLICABLE]
     return done
 
 
@@ -378,108 +367,61 @@ def _already_applied(checkout: Path, tree: Path, final: str, touched: list[str])
     return True
 
 
-def _git_path(checkout: Path, *names: str) -> list[Path]:
-    """Where git keeps ``names`` for this checkout, as git itself says (``--git-path``): a linked
-    worktree's or a submodule's git directory is not ``.git/``."""
-    args = ["rev-parse", "--path-format=absolute", *(arg for name in names for arg in ("--git-path", name))]
-    return [Path(line) for line in _user_git(args, checkout).splitlines()]
-
-
-def _refuse_during_an_operation(checkout: Path) -> None:
-    """Refused, as git refuses to start one operation inside another, while one is in progress."""
-    for path, (_, what, how) in zip(_git_path(checkout, *(name for name, _, _ in IN_PROGRESS)), IN_PROGRESS):
-        if path.exists():
-            raise SglpatchError(f"{checkout}: {what} there; finish it first ({how}); nothing was changed")
-
-
-def _require_committer(checkout: Path) -> None:
-    """git's own answer for who commits here; where git has none, git's own request for one."""
-    asked = run_tool(["git", "var", "GIT_COMMITTER_IDENT"], f"git var in {checkout}", USER_GIT_TIMEOUT_S,
-                     cwd=checkout, env=_user_env())
-    if asked.returncode != 0:
-        said = [line.strip() for line in asked.stderr.splitlines() if line.strip()]
-        asks = [line for line in said if line.startswith("git config")]
-        why = next((line for line in said if line.startswith("fatal:")), said[-1] if said else "no identity")
-        raise SglpatchError(
-            f"{checkout}: git says: {said[0] if said else 'Committer identity unknown'} ({why}). Please tell me who "
-            f"you are: run {' and '.join(asks) or 'git config user.email / user.name'} (without --global: for this "
-            "repository only); nothing was changed"
-        )
-
-
-def _user_env(extra: dict[str, str] | None = None) -> dict[str, str]:
-    return user_git_env({**{key: os.environ[key] for key in IDENTITY_ENV if key in os.environ}, **(extra or {})})
-
-
-def _is_git(checkout: Path) -> bool:
-    inside = run_git(["rev-parse", "--show-toplevel"], checkout, check=False)
-    return inside.returncode == 0 and Path(inside.stdout.decode().strip()).resolve() == checkout
-
-
-def _user_git(args: list[str], checkout: Path, env: dict[str, str] | None = None, input: bytes | None = None) -> str:
-    """git in the user's checkout with the user's own configuration (identity, hooks stay theirs),
-    of the caller's environment only what that needs (``processes.user_git_env``)."""
-    done = run_tool(["git", *args], f"git {' '.join(args[:2])} in {checkout}", USER_GIT_TIMEOUT_S, cwd=checkout,
-                    env=_user_env(env), input=input or b"")
-    if done.returncode != 0:
-        raise SglpatchError(f"git {' '.join(args[:2])} failed in {checkout}: {done.stderr.decode(errors='replace').strip()}")
-    return done.stdout.decode().strip()
-
-
 def _into_git(checkout: Path, tree: Path, version: str, renditions, commits: list[str], touched: list[str]) -> IntoResult:
-    dirty = _user_git(["status", "--porcelain", "--", *touched], checkout)
+    dirty = user_git(["status", "--porcelain", "--", *touched], checkout)
     if dirty:
         raise SglpatchError(f"{checkout}: local changes in files the series changes ({dirty.splitlines()[0]} ...); commit or stash them")
-    head = _user_git(["rev-parse", "HEAD"], checkout)
-    branch = _user_git(["symbolic-ref", "--quiet", "HEAD"], checkout) if _has_branch(checkout) else ""
-    _require_committer(checkout)
-    index = _git_path(checkout, f"sglpatch-into-index-{os.getpid()}")[0]
+    head = user_git(["rev-parse", "HEAD"], checkout)
+    branch = user_git(["symbolic-ref", "--quiet", "HEAD"], checkout) if has_branch(checkout) else ""
+    require_committer(checkout)
+    index, objects = git_path(checkout, f"sglpatch-into-index-{os.getpid()}", "objects")
+    refuse_unless_writable([index.parent, objects, *{(checkout / path).parent for path in touched}])
     env = {"GIT_INDEX_FILE": str(index)}
     made, subjects = [], []
     try:
-        _user_git(["read-tree", head], checkout, env=env)
+        user_git(["read-tree", head], checkout, env=env)
         parent = head
         for (name, rendition), ours in zip(renditions, commits):
             for path in _paths(rendition):
                 data = _blob(tree, ours, path)
                 if data is None:
-                    _user_git(["update-index", "--force-remove", "--", path], checkout, env=env)
+                    user_git(["update-index", "--force-remove", "--", path], checkout, env=env)
                     continue
                 mode = git_out(["ls-tree", "--format=%(objectmode)", ours, "--", path], tree) or "100644"
-                blob = _user_git(["hash-object", "-w", "--stdin"], checkout, input=data)
-                _user_git(["update-index", "--add", "--cacheinfo", f"{mode},{blob},{path}"], checkout, env=env)
-            new_tree = _user_git(["write-tree"], checkout, env=env)
+                blob = user_git(["hash-object", "-w", "--stdin"], checkout, input=data)
+                user_git(["update-index", "--add", "--cacheinfo", f"{mode},{blob},{path}"], checkout, env=env)
+            new_tree = user_git(["write-tree"], checkout, env=env)
             message = run_git(["log", "-1", "--format=%B", ours], tree).stdout
             author = git_out(["log", "-1", "--format=%an%x00%ae%x00%aI", ours], tree).split("\0")
-            # The committer is whoever git says commits here (_require_committer).
+            # The committer is whoever git says commits here (require_committer).
             commit_env = {"GIT_AUTHOR_NAME": author[0], "GIT_AUTHOR_EMAIL": author[1], "GIT_AUTHOR_DATE": author[2]}
-            parent = _user_git(["commit-tree", new_tree, "-p", parent], checkout, env=commit_env, input=message)
+            parent = user_git(["commit-tree", new_tree, "-p", parent], checkout, env=commit_env, input=message)
             made.append(parent)
             subjects.append(message.decode(errors="replace").split("\n", 1)[0])
-    finally:
-        index.unlink(missing_ok=True)
-    # git moves the work tree and refuses to overwrite a local change; then the branch follows.
-    _user_git(["read-tree", "-m", "-u", head, parent], checkout)
-    _user_git(["update-ref", "-m", f"sglpatch apply --into: series for sglang {version}", branch or "HEAD", parent, head], checkout)
+    except BaseException:
+        discard(index)  # a failure to remove it must not hide why we stopped
+        raise
+    index.unlink(missing_ok=True)
+    # git moves the work tree and refuses to overwrite a local change; then the branch follows,
+    # the two not stopped halfway by Ctrl-C.
+    where = f"{checkout}: {len(made)} commit{'s' if len(made) != 1 else ''} added on {branch.removeprefix('refs/heads/') or 'the detached HEAD'}"
+    with interrupts.whole(where):
+        user_git(["read-tree", "-m", "-u", head, parent], checkout)
+        user_git(["update-ref", "-m", f"sglpatch apply --into: series for sglang {version}", branch or "HEAD", parent, head],
+                  checkout)
     return IntoResult(checkout, version, "git commits", made, touched, branch=branch.removeprefix("refs/heads/"),
                       head_before=head, subjects=subjects)
 
 
-def _has_branch(checkout: Path) -> bool:
-    return run_tool(["git", "symbolic-ref", "--quiet", "HEAD"], f"git symbolic-ref in {checkout}", 60,
-                    cwd=checkout, env=_user_env()).returncode == 0
-
-
 def _into_folder(checkout: Path, tree: Path, version: str, commit: str, touched: list[str]) -> IntoResult:
     results = {path: _blob(tree, commit, path) for path in touched}
-    unwritable = [path for path in touched if not os.access((checkout / path).parent, os.W_OK)]
-    if unwritable:
-        raise SglpatchError(f"{checkout / unwritable[0]}: its folder is not writable; nothing was changed")
-    for path, data in results.items():
-        target = checkout / path
-        if data is None:
-            target.unlink(missing_ok=True)
-        else:
-            cache.write_atomically(target, data)
+    refuse_unless_writable({(checkout / path).parent for path in touched})
+    with interrupts.whole(f"{checkout}: {len(touched)} file{'s' if len(touched) != 1 else ''} rewritten in place"):
+        for path, data in results.items():
+            target = checkout / path
+            if data is None:
+                target.unlink(missing_ok=True)
+            else:
+                cache.write_atomically(target, data)
     return IntoResult(checkout, version, "files rewritten", [], touched)
 

@@ -12,6 +12,7 @@ import tempfile
 from pathlib import Path
 
 from sglpatch.apply.apply_pins import apply_series
+from sglpatch.plumbing import interrupts
 from sglpatch.plumbing.errors import SglpatchError
 from sglpatch.plumbing.project import Project
 from sglpatch.series.check import check_series
@@ -69,11 +70,13 @@ def move_in(files: dict[Path, bytes | None]) -> None:
             with os.fdopen(fd, "wb") as handle:
                 handle.write(data)
             ready.append((Path(name), path))
-    except OSError as exc:
+    except BaseException as exc:  # an OSError, or Ctrl-C: the staged copies go either way
         for tmp, _ in ready:
             if tmp is not None:
                 tmp.unlink(missing_ok=True)
-        raise SglpatchError(f"cannot stage {path}: {exc}; nothing written") from None
+        if isinstance(exc, OSError):
+            raise SglpatchError(f"cannot stage {path}: {exc}; nothing written") from None
+        raise
     try:
         previous = {path: path.read_bytes() if path.exists() else None for _, path in ready}
     except OSError as exc:
@@ -83,12 +86,14 @@ def move_in(files: dict[Path, bytes | None]) -> None:
         raise SglpatchError(f"cannot read {exc.filename}, which would be replaced: {exc.strerror}; nothing written") from None
     done: list[Path] = []
     try:
-        for tmp, path in ready:
-            if tmp is None:
-                path.unlink(missing_ok=True)
-            else:
-                os.replace(tmp, path)
-            done.append(path)
+        # All of them or none: Ctrl-C waits until the last is in place (then says what was written).
+        with interrupts.whole(f"{len(ready)} files written: {', '.join(path.name for _, path in ready)}"):
+            for tmp, path in ready:
+                if tmp is None:
+                    path.unlink(missing_ok=True)
+                else:
+                    os.replace(tmp, path)
+                done.append(path)
     except OSError as exc:
         for moved in done:
             if previous[moved] is None:

@@ -6,11 +6,12 @@ step that the next run finishes if it was interrupted.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import tempfile
 from pathlib import Path
 
-from sglpatch.plumbing import cache
+from sglpatch.plumbing import cache, interrupts
 from sglpatch.plumbing.errors import SglpatchError
 from sglpatch.plumbing.gitcmd import IDENTITY_EMAIL, git_out, run_git
 from sglpatch.sources.pristine_tree import PRISTINE_REF, Pristine
@@ -33,8 +34,10 @@ def ensure_tree_repo(tree_path: Path, pristine: Pristine) -> None:
             if tree_path.exists():
                 tree_path.rmdir()
             os.replace(staging, tree_path)
-        finally:
-            cache.remove(staging)
+        except BaseException:
+            with contextlib.suppress(OSError):  # what stopped the clone is the error to say, not this
+                cache.remove(staging)
+            raise
     local = run_git(["rev-parse", "--verify", "--quiet", PRISTINE_REF], tree_path, check=False)
     if local.stdout.decode().strip() == pristine.commit:
         return
@@ -141,8 +144,10 @@ def move_branch(tree_path: Path, commit: str, at: bool | None = None) -> None:
     marker = git_dir / UPDATING_MARKER
     if (on_branch_at(tree_path, commit) if at is None else at) and not marker.exists():
         return
-    marker.write_text(commit + "\n")
-    run_git(["update-ref", f"refs/heads/{BRANCH}", commit], tree_path)
-    run_git(["symbolic-ref", "HEAD", f"refs/heads/{BRANCH}"], tree_path)
-    run_git(["reset", "--quiet", "--hard", commit], tree_path)
-    marker.unlink()
+    # Not stopped halfway by Ctrl-C (a kill still can: the marker tells the next run to finish it).
+    with interrupts.whole(f"{tree_path}: branch {BRANCH} and its files moved to {commit[:12]}"):
+        marker.write_text(commit + "\n")
+        run_git(["update-ref", f"refs/heads/{BRANCH}", commit], tree_path)
+        run_git(["symbolic-ref", "HEAD", f"refs/heads/{BRANCH}"], tree_path)
+        run_git(["reset", "--quiet", "--hard", commit], tree_path)
+        marker.unlink()

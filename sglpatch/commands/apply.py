@@ -100,15 +100,27 @@ def _into(project, args) -> int:
     emit_json(args, {"checkout": str(done.checkout), "version": done.version, "how": done.how,
                      "branch": done.branch, "head_before": done.head_before, "proof": done.proof,
                      "proof_by_patch": done.details,
-                     "commits": done.commits, "subjects": done.subjects, "files": done.files})
+                     "commits": done.commits, "subjects": done.subjects, "files": done.files,
+                     "patches": [{"name": name, "status": status} for name, status in done.outcomes]})
     return exitcodes.OK
+
+
+# What a patch's status means for a person reading what --into did (the others are their own words).
+_SAID = {"not-needed": "not needed: fixed in this release", "already-upstream": "not needed: the release has it"}
+
+
+def patch_outcomes(outcomes: list[tuple[str, str]]) -> str:
+    """Every patch of the series for the pin, and what became of it, on one line: a patch that
+    needs no commit here is named too (0001 on 0.5.23: the release has upstream's guard)."""
+    return "patches: " + "; ".join(f"{name.split('-', 1)[0]} {_SAID.get(status, status)}" for name, status in outcomes)
 
 
 def into_lines(done, *, verbose: bool = False) -> list[str]:
     """What ``apply --into`` tells a person: what changed, one line of what proved it, what next."""
     where, series = done.checkout, f"the series for sglang {done.version}"
+    every = f"  {patch_outcomes(done.outcomes)}" if done.outcomes else None
     if done.how == "already applied":
-        return [f"already applied: {series} {done.mode} is in {where}; nothing was changed"]
+        return [f"already applied: {series} {done.mode} is in {where}; nothing was changed", *filter(None, [every])]
     if done.how == "git commits":
         count = f"{len(done.commits)} commit{'s' if len(done.commits) != 1 else ''}"
         on = f"on branch {done.branch}" if done.branch else "on a detached HEAD"
@@ -118,6 +130,8 @@ def into_lines(done, *, verbose: bool = False) -> list[str]:
         count = f"{len(done.files)} file{'s' if len(done.files) != 1 else ''}"
         lines = [f"{where}: {count} rewritten in place (not a git checkout), {series}:"]
         lines += [f"  {path}" for path in done.files]
+    if every:
+        lines.append(every)
     lines.append(f"proof: {done.summary}" + ("" if verbose else " (-v: more)"))
     if verbose:
         lines += [f"  {line}" for line in done.details]

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import signal
 import traceback
 from collections.abc import Callable, Hashable
 from multiprocessing.connection import wait
@@ -22,6 +23,7 @@ from typing import Any, TypeVar
 Item = TypeVar("Item")
 
 MAX_DEFAULT_JOBS = 4  # each worker keeps up to three CPU Pythons with torch imported
+INTERRUPT_GRACE_S = 2  # for a worker a terminal's Ctrl-C reached to stop by itself
 
 
 def default_jobs() -> int:
@@ -51,10 +53,11 @@ def share_out(
     initializer: Callable[..., None] | None = None,
     initargs: tuple = (),
     on_done: Callable[[Item, Any], None] | None = None,
+    on_start: Callable[[Item], None] | None = None,
 ) -> list[Any]:
     """``work(item)`` for every item in ``jobs`` worker processes, results in the items' order.
-    ``on_done(item, result)`` is called in this process as each finishes. An exception in a
-    worker stops the others and is raised here."""
+    ``on_start(item)`` and ``on_done(item, result)`` are called in this process as each is handed
+    out and as each finishes. An exception in a worker stops the others and is raised here."""
     pending: dict[Hashable, list[int]] = {}
     for index, item in enumerate(items):
         pending.setdefault(group_of(item), []).append(index)
@@ -77,8 +80,11 @@ def share_out(
         group, index = next_item(pending, worker["group"], busy)
         busy[group] = busy.get(group, 0) + 1
         worker["group"], worker["item"] = group, index
+        if on_start is not None:
+            on_start(items[index])
         worker["pipe"].send(index)
 
+    interrupted = False
     try:
         for worker in workers:
             hand_out(worker)
@@ -99,10 +105,21 @@ def share_out(
                 if on_done is not None:
                     on_done(items[index], value)
                 hand_out(worker)
+    except KeyboardInterrupt:
+        interrupted = True
+        raise
     finally:
         for worker in workers:
             if worker["item"] is not None and worker["process"].is_alive():
-                worker["process"].terminate()
+                if interrupted:
+                    # Stopped as Ctrl-C stops this process, so its cleanups run and its whole steps
+                    # finish (a kill would leave them halfway): a terminal's Ctrl-C reached it too,
+                    # and it stops by itself; one sent to this process alone is passed on.
+                    worker["process"].join(timeout=INTERRUPT_GRACE_S)
+                    if worker["process"].is_alive():
+                        os.kill(worker["process"].pid, signal.SIGINT)
+                else:
+                    worker["process"].terminate()
             else:
                 try:
                     worker["pipe"].send(None)

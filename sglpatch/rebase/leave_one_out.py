@@ -216,7 +216,8 @@ def rebase_left_out(source_root: Path, version: str, work: Path, *, write: bool 
     removed = leave_out(source_root, version, copy)
     started = time.perf_counter()
     try:
-        report = rebase_onto(Project(copy, sealed=True), version, write=write)
+        # The oldest pin left out is older than every pin left: ported back from its neighbour.
+        report = rebase_onto(Project(copy, sealed=True), version, write=write, backwards=True)
     except SglpatchError as exc:
         return {"version": version, "ported": False, "identical": False, "seconds": time.perf_counter() - started,
                 "patches": [], "error": str(exc), "removed": removed, "cells": []}

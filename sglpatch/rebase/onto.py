@@ -62,6 +62,7 @@ from sglpatch.plumbing.gitcmd import git_out
 from sglpatch.rebase.hand_port import prepare_hand_port
 from sglpatch.rebase.new_pin import new_pin
 from sglpatch.rebase.patch import Writes, rebase_patch
+from sglpatch.rebase.refusals import release_to_port
 from sglpatch.rebase.report import RebaseReport
 from sglpatch.rebase.trial import Trial
 from sglpatch.series.lock import LOCK_FILE
@@ -78,12 +79,12 @@ _APPLY_AGREES = {
 }
 
 
-def rebase_onto(project, version: str, *, write: bool = True) -> RebaseReport:
+def rebase_onto(project, version: str, *, write: bool = True, backwards: bool = False) -> RebaseReport:
     """Classify every patch of the series on ``version``; with ``write``, and only when every patch
-    is classified and the staged apply succeeds, pin it and write the renditions and the lock."""
+    is classified and the staged apply succeeds, pin it and write the renditions and the lock.
+    A release older than every pin is refused unless ``backwards`` (``refusals.release_to_port``)."""
     pins = project.pins()
-    if version in [pin.version for pin in pins.pins]:
-        raise SglpatchError(f"{pins.path}: {version} is already pinned")
+    version = release_to_port(pins, version, backwards=backwards)
     pin, note = new_pin(version)
     pristine = pristine_tree.pristine_from_index(pin)
     series = project.series()

@@ -8,7 +8,8 @@
 
 ``refresh`` is quilt's ``refresh`` over git commits: a commit whose subject is a patch of the
 series updates that patch's rendition for the pin where its content changed; a new commit becomes
-the next numbered patch, named by ``git format-patch`` itself and added to ``patches/series``, or,
+the next numbered patch, named in the series' style (``patch_file_name``: lowercase words of its
+subject) and added to ``patches/series``, or,
 with ``--rendition-of PATCH``, that patch's rendition for the pin (its layout differs). New
 patches get the metadata trailers that are facts (``Upstream-Status: Pending``, ``Applies-To:
 ==<pin>``: it was made on that pin alone); Origin and Witness are the author's to write, and
@@ -19,7 +20,6 @@ patches get the metadata trailers that are facts (``Upstream-Status: Pending``, 
 from __future__ import annotations
 
 import re
-import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -121,7 +121,7 @@ def refresh(project, version: str, rendition_of: str | None = None) -> list[Refr
             written.append(Refreshed(path, "new rendition", subject))
             continue
         text = _format_patch(tree, commit, number=number, applies_to=version)
-        name = _format_patch_name(tree, commit, number)
+        name = patch_file_name(number, git_out(["log", "-1", "--format=%s", commit], tree))
         staged[project.patches_dir / name] = text
         new_entries.append(name)
         written.append(Refreshed(project.patches_dir / name, "new", subject))
@@ -204,13 +204,22 @@ def _format_patch(tree: Path, commit: str, *, number: int | None, applies_to: st
     return run_git([*args, commit], tree).stdout
 
 
-def _format_patch_name(tree: Path, commit: str, number: int) -> str:
-    """The file name git format-patch itself gives the commit as patch ``number``."""
-    with tempfile.TemporaryDirectory(prefix="sglpatch-name-") as folder:
-        out = git_out(["format-patch", "-1", "--zero-commit", "--start-number", str(number), "-o", folder, commit], tree)
-        name = Path(out.splitlines()[-1]).name
-        shutil.rmtree(folder, ignore_errors=True)
-    return name
+NAME_LENGTH = 60  # of the words after the number, as long as the series' own names run
+
+
+def patch_file_name(number: int, subject: str) -> str:
+    """The series' style of name for a new patch: its number, then the words of its subject in
+    lowercase joined by ``-`` (a bracketed tag such as ``[AMD]`` a word like the others, anything
+    but letters and digits a break), cut at a word within ``NAME_LENGTH`` characters:
+    "[AMD] Parse the connector type up to the first `://` only" is
+    ``0004-amd-parse-the-connector-type-up-to-the-first-only.patch``."""
+    words, length = [], 0
+    for word in re.findall(r"[a-z0-9]+", subject.lower()):
+        if words and length + 1 + len(word) > NAME_LENGTH:
+            break
+        words.append(word)
+        length += len(word) + (1 if len(words) > 1 else 0)
+    return f"{number:04d}-{'-'.join(words) or 'patch'}.patch"
 
 
 def _with_trailers(tree: Path, commit: str, trailers: dict[str, str]) -> str:

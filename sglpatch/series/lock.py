@@ -1,5 +1,15 @@
 """``series.lock``: per pin, the pristine commit, each patch's result and commit, the final commit
-and tree. Everyone who applies the same series to the same pins must get exactly these hashes."""
+and tree. Everyone who applies the same series to the same pins must get exactly these hashes.
+
+A patch is locked only on the pins its ``Applies-To`` covers: where no rendition of it claims a
+pin (``not-applicable``) it has no entry there. That outcome is decided by the series' text alone
+(the trailers in git), before anything is applied, and it adds no commit, so an entry for it would
+lock nothing a run could fail to reproduce; without it, a fix of one release (``Applies-To:
+==0.5.23``) touches that release's entry and no other. A pin's entry still proves all it did: its
+pristine commit, every patch that claims the pin (applied, not needed, already upstream), each
+patch's commit and the final commit and tree; a patch that comes to claim a pin, or stops
+claiming it, changes the entry and is a mismatch until ``--update-lock`` accepts it.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +17,8 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from sglpatch.apply.outcomes import Outcome
+from sglpatch.plumbing import interrupts
 from sglpatch.plumbing.cache import entry_lock, write_atomically
 from sglpatch.plumbing.errors import SglpatchError
 from sglpatch.plumbing.project import LOCK_FILE  # the layout names the file; kept here for its readers
@@ -46,9 +58,18 @@ TESTS_RECORD = "tests"  # the same for its regression tests (upstream-test), whe
 PROOF_RECORDS = (WITNESS_RECORD, TESTS_RECORD)
 
 
+def locked_form(entry: dict | None) -> dict | None:
+    """``entry`` as the lock keeps it: the patches that claim the pin, without those no rendition
+    claims (see the module's docstring)."""
+    if entry is None:
+        return None
+    return {**entry, "patches": [patch for patch in entry.get("patches", []) if patch.get("status") != Outcome.NOT_APPLICABLE]}
+
+
 def result_of(entry: dict | None) -> dict | None:
     """The entry without its witness records: what everyone must reproduce. The level a witness
     could run at depends on the machine (a toolchain installed or not), the result does not."""
+    entry = locked_form(entry)
     if entry is None:
         return None
     patches = [{k: v for k, v in patch.items() if k not in PROOF_RECORDS} for patch in entry.get("patches", [])]
@@ -58,6 +79,7 @@ def result_of(entry: dict | None) -> dict | None:
 def check_entry(path: Path, key: str, entry: dict, update: bool) -> LockCheck:
     """Compare ``entry`` with the lock; record it when new or when ``update`` accepts a change
     (with ``update`` the witness records are written too, even where the result matches)."""
+    entry = locked_form(entry)
     with entry_lock(path):
         data = read_lock(path)
         old = data["pins"].get(key)
@@ -69,6 +91,7 @@ def check_entry(path: Path, key: str, entry: dict, update: bool) -> LockCheck:
         data["pins"][key] = entry
         data["pins"] = dict(sorted(data["pins"].items()))
         write_atomically(path, json.dumps(data, indent=2, sort_keys=False) + "\n")
+        interrupts.changed(f"{path.name}: the entry for {key}")
         return LockCheck(state)
 
 
@@ -91,7 +114,7 @@ def unchecked_verdicts(path: Path, key: str, entry: dict) -> list[str] | None:
     and tree -- the lock's verdicts that only a witness gives and that it therefore did not check,
     one line per patch whose status differs (``[]`` where none does); ``None`` where the lock has
     no entry or the result differs from it in what text decides."""
-    old = read_lock(path)["pins"].get(key)
+    old, entry = locked_form(read_lock(path)["pins"].get(key)), locked_form(entry)
     if old is None or any(old.get(field) != entry.get(field) for field in DECIDED_BY_TEXT):
         return None
     locked = [(p.get("name"), p.get("commit", "")) for p in old.get("patches", [])]
@@ -102,20 +125,25 @@ def unchecked_verdicts(path: Path, key: str, entry: dict) -> list[str] | None:
 
 
 def describe_difference(old: dict, new: dict) -> str:
+    """What differs between a lock entry and a result, in words: each field with both values, each
+    patch with its locked outcome and this run's."""
     lines = []
-    for field in ("artifact_sha256", "pristine", "commit", "tree"):
+    for field in DECIDED_BY_TEXT:
         if old.get(field) != new.get(field):
-            lines.append(f"{field}: locked {old.get(field)}, got {new.get(field)}")
+            lines.append(f"{field}: locked {old.get(field) or 'none'}, got {new.get(field) or 'none'}")
     old, new = result_of(old), result_of(new)
     old_patches = {p["name"]: p for p in old.get("patches", [])}
     for patch in new.get("patches", []):
         locked = old_patches.pop(patch["name"], None)
         if locked != patch:
-            lines.append(f"patch {patch['name']}: locked {_plain(locked)}, got {_plain(patch)}")
-    lines.extend(f"patch {name}: locked but no longer in the series" for name in old_patches)
+            was = f"the lock has it {_outcome(locked)}" if locked else "the lock has no entry for it on this pin"
+            lines.append(f"patch {patch['name']}: {was}, this run {_outcome(patch)}")
+    lines.extend(f"patch {name}: the lock has it {_outcome(patch)}, this run {Outcome.NOT_APPLICABLE} "
+                 "(no rendition claims the pin, or it left the series)" for name, patch in old_patches.items())
     return "; ".join(lines)
 
 
-def _plain(patch: dict | None) -> dict | None:
-    """A patch's lock record with its values as the lock writes them (an outcome's word, not its repr)."""
-    return None if patch is None else {key: str(value) for key, value in patch.items()}
+def _outcome(patch: dict) -> str:
+    """A patch's outcome in words: its status, and its commit where it has one."""
+    commit = str(patch.get("commit") or "")
+    return str(patch.get("status")) + (f" (commit {commit[:12]})" if commit else "")

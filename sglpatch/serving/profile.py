@@ -68,9 +68,9 @@ class Profile:
         return path if path.is_file() else None
 
     def with_depth(self, depth: int) -> "Profile":
-        """Speculative depth d: EAGLE with d steps, top-k 1 and d + 1 draft tokens."""
-        if not 1 <= depth <= 16:
-            raise SglpatchError(f"{self.path}: speculative depth must be 1..16, got {depth}")
+        """Speculative depth d: EAGLE with d steps, top-k 1 and d + 1 draft tokens; the description
+        says the depth it now launches at (where it named the profile's own, that is replaced)."""
+        check_depth(depth)
         server = {
             **self.server,
             "speculative-algorithm": "EAGLE",
@@ -78,7 +78,11 @@ class Profile:
             "speculative-eagle-topk": 1,
             "speculative-num-draft-tokens": depth + 1,
         }
-        return Profile(**{**self.__dict__, "server": server})
+        own = self.server.get("speculative-num-steps")
+        said = re.compile(rf"\bdepth {own}\b")
+        description = (said.sub(f"depth {depth}", self.description) if own is not None and said.search(self.description)
+                       else f"{self.description}; speculative depth {depth}".lstrip("; "))
+        return Profile(**{**self.__dict__, "server": server, "description": description})
 
     def server_args(self, model: str | None = None) -> list[str]:
         """The profile as ``sglang.launch_server`` arguments."""
@@ -94,6 +98,17 @@ class Profile:
         env = " ".join(f"{key}={shlex.quote(value)}" for key, value in self.env.items())
         argv = ["python3", "-m", "sglang.launch_server", *self.server_args(model)]
         return f"{env} {shlex.join(argv)}".strip()
+
+
+DEPTHS = range(1, 17)  # speculative depths a profile is launched at (the matrix checks 1 to 6: matrix.cells.DEPTHS)
+DEPTHS_SAID = f"a whole number of draft steps from {DEPTHS[0]} to {DEPTHS[-1]}"
+
+
+def check_depth(depth: int) -> int:
+    """``depth`` where it is a speculative depth a profile can launch at; refused, saying which are."""
+    if depth not in DEPTHS:
+        raise SglpatchError(f"speculative depth {depth}: a depth is {DEPTHS_SAID}")
+    return depth
 
 
 def profile_names() -> list[str]:

@@ -11,7 +11,11 @@ folder of artifacts, or a local path).
 from __future__ import annotations
 
 import functools
+import hashlib
+import importlib.metadata
+import json
 import os
+import re
 import shlex
 import ssl
 import sys
@@ -20,6 +24,7 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
+from sglpatch.plumbing.cache import Memo
 from sglpatch.plumbing.errors import SglpatchError
 from sglpatch.plumbing.processes import pip_env, run_tool
 
@@ -102,9 +107,56 @@ def _from_pip(pip_env: tuple[tuple[str, str], ...]) -> IndexConfig:
 
 
 def pip_settings() -> dict[str, str]:
-    """pip's effective option values (``pip config list``), the most specific section winning."""
+    """pip's effective option values (``pip config list``), the most specific section winning.
+
+    pip takes a second to start, which every look at the index paid (``rebase``'s refusal of a
+    release the index lacks among them), so the answer is remembered with what pip read: the
+    variables it is given, this Python and its pip, and the content of every file pip looks in,
+    present or not, as ``pip config debug`` names them. While none of those changes, pip is not
+    asked again."""
+    env = pip_env()
+    key = hashlib.sha256(json.dumps(["pip-config-1", sys.executable, sys.prefix, _pip_version(), sorted(env.items())])
+                         .encode()).hexdigest()
+    kept = _PIP_CONFIG.get(key)
+    if kept and all(_file_stamp(path) == stamp for path, stamp in kept["files"].items()):
+        return kept["settings"]
+    files = {path: _file_stamp(path) for path in _pip_config_files(env)}  # before pip reads them
+    settings = _pip_config_list(env)
+    if files:  # where pip named no file, nothing says when its answer would go stale
+        _PIP_CONFIG.put(key, {"files": files, "settings": settings})
+    return settings
+
+
+_PIP_CONFIG = Memo("pip-config")
+_CONFIG_FILE_LINE = re.compile(r"^  (\S.*), exists: (?:True|False)$", re.MULTILINE)
+
+
+def _pip_version() -> str:
+    try:
+        return importlib.metadata.version("pip")
+    except importlib.metadata.PackageNotFoundError:
+        return ""
+
+
+def _pip_config_files(env: dict[str, str]) -> list[str]:
+    """Every file pip looks in for its configuration here, as ``pip config debug`` lists them."""
+    done = run_tool([sys.executable, "-m", "pip", "config", "debug"], "pip config debug (pip's configuration files)",
+                    PIP_TIMEOUT_S, env=env)
+    return _CONFIG_FILE_LINE.findall(done.stdout) if done.returncode == 0 else []
+
+
+def _file_stamp(path: str) -> str:
+    try:
+        return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+    except FileNotFoundError:
+        return "absent"
+    except OSError as exc:
+        return f"unreadable: {exc.strerror}"
+
+
+def _pip_config_list(env: dict[str, str]) -> dict[str, str]:
     done = run_tool([sys.executable, "-m", "pip", "config", "list"], "pip config list (pip's configuration)", PIP_TIMEOUT_S,
-                    env=pip_env())
+                    env=env)
     if done.returncode != 0:
         raise SglpatchError(f"`pip config list` failed: {done.stderr.strip()[-300:]}")
     found: dict[tuple[str, str], str] = {}

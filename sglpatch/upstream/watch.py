@@ -18,9 +18,6 @@ import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from packaging.utils import InvalidSdistFilename, InvalidWheelFilename, parse_sdist_filename, parse_wheel_filename
-from packaging.version import Version
-
 from sglpatch.apply.outcomes import Outcome
 from sglpatch.plumbing.errors import SglpatchError
 from sglpatch.plumbing.processes import run_tool, user_git_env
@@ -86,20 +83,7 @@ def newer_releases(project, index=None) -> list[str]:
     """Final releases on the index newer than the newest pin, oldest first (pre-releases and
     development releases are not pinned)."""
     newest = project.pins().newest.parsed_version
-    return [str(version) for version in index_releases(index) if version > newest]
-
-
-def index_releases(index=None) -> list[Version]:
-    """Every final or post release of sglang that the index has a file for, oldest first."""
-    versions = set()
-    for name in index_listing.index_entries(index):
-        try:
-            version = parse_wheel_filename(name)[1] if name.endswith(".whl") else parse_sdist_filename(name)[1]
-        except (InvalidWheelFilename, InvalidSdistFilename):
-            continue
-        if not version.is_prerelease and not version.is_devrelease:
-            versions.add(version)
-    return sorted(versions)
+    return [str(version) for version in index_listing.released_versions(index) if version > newest]
 
 
 def watch(project, *, write: bool = True, out_dir: Path | None = None) -> WatchReport:
