@@ -30,8 +30,10 @@ def render_apply(report: ApplyReport, report_path: str = "") -> str:
                 lines.append(f"  {outcome.name:<{width}}  {status:<19}  {commit:<12}  {needed:<10}  {witness}")
                 for detail in outcome.detail.splitlines() if outcome.status != "applied" or outcome.unproven else []:
                     lines.append(f"      {detail}")
-                for which, where in (getattr(outcome, "replayed", None) or {}).items():
-                    lines.append(f"      {REPLAY_MARK} {which}: {where}")
+            replayed = [where for outcome in result.patches for where in (getattr(outcome, "replayed", None) or {}).values()]
+            if replayed and not getattr(result, "replayed", ""):
+                lines.append(f"  {REPLAY_MARK} {len(replayed)} witness answer(s) given back, not run now: kept "
+                             f"{_when(replayed)} (each in the JSON report's \"replayed\")")
         else:
             lines.append("  (no patches in the series)")
         if result.ok:
@@ -47,6 +49,12 @@ def render_apply(report: ApplyReport, report_path: str = "") -> str:
     if report_path:
         lines.append(f"report: {report_path}")
     return "\n".join(lines)
+
+
+def _when(replayed: list[str]) -> str:
+    """When the replayed answers were kept, from their marks ("kept <date> <time> UTC ...")."""
+    times = sorted({" ".join(where.split()[1:4]) for where in replayed if where.startswith("kept ")})
+    return times[0] if len(times) == 1 else f"{times[0]} to {times[-1]}" if times else "earlier"
 
 
 def _marked(outcome, tree: str) -> str:

@@ -48,6 +48,11 @@ class CaseMap:
     cases: dict[str, tuple[str, ...]]
 
     @property
+    def shown(self) -> str:
+        """The file as the project names it: ``patches/tests/<stem>/cases.toml``."""
+        return "/".join(self.path.parts[-4:]) if len(self.path.parts) >= 4 else str(self.path)
+
+    @property
     def listed(self) -> set[str]:
         return {test for tests in self.cases.values() for test in tests}
 
@@ -173,7 +178,7 @@ def disagreements(witness: WitnessResult, tests: WitnessResult, case_map: CaseMa
     name, ran = witness.witness, tests.cases
     if not witness.cases:
         if case_map is not None:
-            return [f"{case_map.path} maps cases of {name}, which gave no per-case verdicts on {where}"]
+            return [f"{case_map.shown} maps cases of {name}, which gave no per-case verdicts on {where}"]
         if witness.state == BUG and tests.state != BUG:
             return [f"on {where} {name} finds the bug but every test passes ({tests.witness}: {tests.detail})"[:900]]
         if witness.state == CLEAN and tests.state == BUG:
@@ -185,23 +190,23 @@ def disagreements(witness: WitnessResult, tests: WitnessResult, case_map: CaseMa
     found = []
     unknown = sorted(set(case_map.cases) - set(witness.cases))
     if unknown:
-        found.append(f"{case_map.path} names case(s) {', '.join(unknown)}, which {name} does not check on {where} "
+        found.append(f"{case_map.shown} names case(s) {', '.join(unknown)}, which {name} does not check on {where} "
                      f"(its cases: {', '.join(witness.cases)})")
     for case, state in witness.cases.items():
         listed = case_map.cases.get(case, ())
         absent = [test for test in listed if test not in ran]
         if absent:
-            found.append(f"case {case!r}: {case_map.path} lists {', '.join(absent)}, which is no test that ran on {where}")
+            found.append(f"case {case!r}: {case_map.shown} lists {', '.join(absent)}, which is no test that ran on {where}")
         if state == BUG and not listed:
-            found.append(f"case {case!r} on {where}: {name} says bug, and no test judges it ({case_map.path} lists none)")
+            found.append(f"case {case!r} on {where}: {name} says bug, and no test judges it ({case_map.shown} lists none)")
         if state in (BUG, CLEAN):
             wrong = [test for test in listed if test in ran and ran[test] != state]
             if wrong:
                 said = ", ".join(f"{test} says {ran[test]}" for test in wrong)
-                found.append(f"case {case!r} on {where}: {name} says {state}, but {said} ({case_map.path})")
+                found.append(f"case {case!r} on {where}: {name} says {state}, but {said} ({case_map.shown})")
     unlisted = sorted(set(ran) - case_map.listed)
     if unlisted:
-        found.append(f"{', '.join(unlisted)} judge(s) no case of {name}: list each in {case_map.path} under the "
+        found.append(f"{', '.join(unlisted)} judge(s) no case of {name}: list each in {case_map.shown} under the "
                      "case it judges")
     return found
 

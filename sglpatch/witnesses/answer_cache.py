@@ -210,7 +210,10 @@ def run_cached_many(
 
 def _tree_changed(result: WitnessResult, changed: list[str]) -> WitnessResult:
     """No answer of a run in which the tree changed counts: it judged another tree than the one
-    asked about. (A regression test that writes to the tree says so in its own answer too.)"""
+    asked about. (A regression test that writes to the tree says so in its own answer too.) An
+    answer that could not tell already stays as it is."""
+    if result.state == UNAVAILABLE:
+        return result
     shown = ", ".join(changed[:5]) + (f" and {len(changed) - 5} more" if len(changed) > 5 else "")
     return WitnessResult(result.witness, UNAVAILABLE, result.level,
                          f"the tree changed while its witnesses ran on it ({shown}): no answer of that run counts; "

@@ -89,8 +89,8 @@ class _Result(unittest.TextTestResult):
 
 
 def _assertion(text: str) -> str:
-    """The failed assertion's own lines (the first traceback of a chain: the retry's wrapper
-    comes after it)."""
+    """The exception's own lines (the first traceback of a chain: the retry's wrapper comes
+    after it)."""
     first = text.split("\nDuring handling of the above exception")[0]
     return _short(first)
 
@@ -245,7 +245,8 @@ def run_file(name: str, path: str, workdir: str | None = None, tree: str | None 
         tests_run=result.testsRun,
         failures=[{"test": test.id(), "detail": _assertion(text)} for test, text in result.failures]
         + [{"test": test.id(), "detail": _assertion(text)} for test, text in result.errors if test.id() in result.asserted],
-        errors=[{"test": test.id(), "detail": _short(text)} for test, text in result.errors
+        # The first exception of a chain: what went wrong, not CustomTestCase's retry wrapper.
+        errors=[{"test": test.id(), "detail": _assertion(text)} for test, text in result.errors
                 if test.id() not in result.asserted],
         unexpected_successes=[test.id() for test in result.unexpectedSuccesses],
         expected_failures=[{"test": test.id(), "detail": _assertion(text)} for test, text in result.expectedFailures],
