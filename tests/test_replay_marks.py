@@ -101,15 +101,21 @@ def test_apply_marks_its_own_kept_result_when_it_gives_it_back(fake_project, tmp
     assert f"{REPLAY_MARK} nothing ran now: apply's result kept" in again and f"bug [text] {REPLAY_MARK}" in again
 
 
+class Counting:
+    """A witness that counts its runs (the cache's plumbing is under test, not a check)."""
+
+    version = "1"
+
+    def __init__(self, name: str):
+        self.name, self.runs = name, 0
+
+    def run(self, tree, pin):
+        self.runs += 1
+        return WitnessResult(self.name, BUG, "text", "ran")
+
+
 def test_a_cached_answer_is_given_back_only_for_the_tree_it_ran_on(cache_dir, tmp_path):
-    class Counting:
-        name, version, runs = "counting", "1", 0
-
-        def run(self, tree, pin):
-            Counting.runs += 1
-            return WitnessResult(self.name, BUG, "text", "ran")
-
-    witness, pin = Counting(), SimpleNamespace(version="0.1.0")
+    witness, pin = Counting("counting"), SimpleNamespace(version="0.1.0")
     tree = tmp_path / "tree"
     tree.mkdir()
     answer_cache.run_cached(witness, "a" * 40, pin, lambda: tree)
@@ -120,7 +126,7 @@ def test_a_cached_answer_is_given_back_only_for_the_tree_it_ran_on(cache_dir, tm
     answer_cache.ANSWERS.put(key, {**kept, "tree": "b" * 40})
     answer_cache._ANSWERED_HERE.discard(key)
     answer_cache.run_cached(witness, "a" * 40, pin, lambda: tree)
-    assert Counting.runs == 2
+    assert witness.runs == 2
 
 
 def test_a_witness_that_changes_the_tree_it_ran_on_gives_no_answer(cache_dir, tmp_path):
@@ -139,25 +145,18 @@ def test_a_witness_that_changes_the_tree_it_ran_on_gives_no_answer(cache_dir, tm
 
 
 def test_rerun_runs_a_witness_again_whatever_another_process_kept(cache_dir, tmp_path, monkeypatch):
-    class Counting:
-        name, version, runs = "counting-rerun", "1", 0
-
-        def run(self, tree, pin):
-            Counting.runs += 1
-            return WitnessResult(self.name, BUG, "text", "ran")
-
+    witness, pin = Counting("counting-rerun"), SimpleNamespace(version="0.1.0")
     tree = tmp_path / "tree"
     tree.mkdir()
-    pin = SimpleNamespace(version="0.1.0")
-    answer_cache.run_cached(Counting(), "a" * 40, pin, lambda: tree)
+    answer_cache.run_cached(witness, "a" * 40, pin, lambda: tree)
     monkeypatch.setattr(answer_cache, "_ANSWERED_HERE", set())  # a later process
     with answer_cache.replays_seen() as seen:
-        assert answer_cache.run_cached(Counting(), "a" * 40, pin, lambda: tree).replayed.startswith("kept ")
-    assert Counting.runs == 1 and len(seen) == 1
+        assert answer_cache.run_cached(witness, "a" * 40, pin, lambda: tree).replayed.startswith("kept ")
+    assert witness.runs == 1 and len(seen) == 1
     with answer_cache.rerun():
-        again = answer_cache.run_cached(Counting(), "a" * 40, pin, lambda: tree)
-        assert again.replayed == "" and answer_cache.run_cached(Counting(), "a" * 40, pin, lambda: tree).replayed == ""
-    assert Counting.runs == 2
+        again = answer_cache.run_cached(witness, "a" * 40, pin, lambda: tree)
+        assert again.replayed == "" and answer_cache.run_cached(witness, "a" * 40, pin, lambda: tree).replayed == ""
+    assert witness.runs == 2
 
 
 def test_matrix_run_no_cache_reruns_the_mtp_witness_part_and_records_cached_truthfully(tmp_path, monkeypatch, cache_dir):
