@@ -63,7 +63,7 @@ class Checkouts:
                 self.refreshed.append(changed)
                 self._remove()
         if self.folder is None:
-            self.folder = Path(tempfile.mkdtemp(dir=self.tree_path / ".git", prefix="sglpatch-witness-"))
+            self.folder = Path(tempfile.mkdtemp(dir=self.tree_path / ".git", prefix="sglpatch-witness-")).resolve()
             self.index = self.folder.with_name(self.folder.name + ".index")
             self._git(["read-tree", commit])
             self._git(["checkout-index", "--all", "--force", "-u"])

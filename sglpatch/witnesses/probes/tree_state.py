@@ -28,5 +28,9 @@ def file_states(folder) -> dict[str, tuple]:
 
 def changed_files(folder, before: dict[str, tuple]) -> list[str]:
     """The paths under ``folder`` added, removed or written to since ``file_states`` gave ``before``."""
-    after = file_states(folder)
+    return differences(before, file_states(folder))
+
+
+def differences(before: dict[str, tuple], after: dict[str, tuple]) -> list[str]:
+    """The paths added, removed or written to between two ``file_states``."""
     return sorted(name for name in before.keys() | after.keys() if before.get(name) != after.get(name))

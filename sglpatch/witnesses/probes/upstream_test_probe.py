@@ -194,7 +194,7 @@ def _own_folders(workdir: str) -> str:
     return root
 
 
-def run_file(name: str, path: str, workdir: str | None = None, tree: str | None = None) -> dict:
+def run_file(name: str, path: str, workdir: str | None = None) -> dict:
     answer: dict = {"name": name}
     try:
         registrations, has_main = _collector(path)
@@ -215,7 +215,6 @@ def run_file(name: str, path: str, workdir: str | None = None, tree: str | None 
         return answer
     module_name = "sglpatch_upstream_test_" + os.path.splitext(os.path.basename(path))[0]
     environ, cwd, tempdir = dict(os.environ), os.getcwd(), tempfile.tempdir
-    before = tree_state.file_states(tree) if tree else None
     try:
         _own_folders(workdir or tempfile.mkdtemp(prefix="sglpatch-test-run-"))
         spec = importlib.util.spec_from_file_location(module_name, path)
@@ -238,8 +237,6 @@ def run_file(name: str, path: str, workdir: str | None = None, tree: str | None 
         os.chdir(cwd)
         tempfile.tempdir = tempdir
         sys.modules.pop(module_name, None)
-        if before is not None:
-            answer["tree_changed"] = tree_state.changed_files(tree, before)[:50]
     answer.update(
         tests=result.started,
         tests_run=result.testsRun,
@@ -261,7 +258,12 @@ def run(spec: dict, context) -> dict:
     hermetic = leave_the_network()
     # The tree's checkout (the parent of its python/ folder): what the tests must leave as they found it.
     tree = os.path.dirname(os.path.abspath(context.tree)) if getattr(context, "tree", None) else None
+    states = tree_state.file_states(tree) if tree else None
     for test in spec.get("tests", []):
         context.phase(f"test {test['name']}")
-        files[test["name"]] = run_file(test["name"], test["path"], context.workdir, tree)
+        files[test["name"]] = run_file(test["name"], test["path"], context.workdir)
+        if states is not None:
+            after = tree_state.file_states(tree)
+            files[test["name"]]["tree_changed"] = tree_state.differences(states, after)[:50]
+            states = after
     return {"files": files, "hermetic": f"own empty HOME, temporary and working folders per file; network: {hermetic}"}
