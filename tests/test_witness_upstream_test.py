@@ -137,6 +137,30 @@ def test_the_release_a_fix_was_written_for(tmp_path, name, trailers, written_for
     assert upstream_test.release_written_for(rendition, REAL_PINS.pins) == written_for
 
 
+@pytest.mark.parametrize("runs, suggested", [
+    ({"0.5.21": True, "0.5.22": False}, "Inappropriate [fixed upstream differently in 0.5.22]"),
+    ({"0.5.22": False}, None),  # nothing in the run found the bug on an older release
+    ({"0.5.21": True, "0.5.23": False}, None),  # the release the fix was written for
+], ids=["found-before-gone-after", "never-found", "on-the-release-written-for"])
+def test_fixed_upstream_differently_is_said_only_after_the_bug_was_found_and_not_where_the_fix_was_written(
+        tmp_path, runs, suggested):
+    from types import SimpleNamespace
+
+    from sglpatch.apply.one_pin import PatchOutcome, PinResult
+    from sglpatch.upstream.suggest import status_suggestions
+
+    main = _rendition(tmp_path, "0004-fix-a.patch", {"Witness": "upstream-test", "Applies-To": ">=0.5.22,<=0.5.23",
+                                                     "Upstream-Status": "Pending"})
+    older = _rendition(tmp_path, "renditions/0004-fix-a/0.5.21.patch",
+                       {"Witness": "upstream-test", "Applies-To": "==0.5.21", "Upstream-Status": "Pending"})
+    patch = SimpleNamespace(name="0004-fix-a.patch", main=main, for_version=lambda v: older if v == "0.5.21" else main)
+    results = [PinResult(version, "/t", patches=[PatchOutcome("0004-fix-a.patch", "applied" if needed else "not-needed",
+                                                             needed=needed)])
+               for version, needed in runs.items()]
+    found = status_suggestions(SimpleNamespace(patches=[patch]), results, REAL_PINS.pins)
+    assert [s.suggested for s in found] == ([suggested] if suggested else [])
+
+
 def _project_with_tests(fake_project, tmp_path, test_text: str | None, witness: str = "guard-text",
                         test_path: str = TEST_PATH):
     files = {"python/sglang/srt/layers/example.py": "".join(f"line {n}\n" for n in range(1, 41))}
