@@ -359,7 +359,8 @@ def test_patch_whose_bug_is_absent_on_the_pin_is_not_needed_and_not_applied(fake
     assert (old["0001-guard.patch"].status, old["0001-guard.patch"].needed) == ("applied", True)
     assert old["0001-guard.patch"].witness_before.startswith("bug") and old["0001-guard.patch"].witness_after.startswith("clean")
     assert (new["0001-guard.patch"].status, new["0001-guard.patch"].needed) == ("not-needed", False)
-    assert "fixed upstream" in new["0001-guard.patch"].detail
+    # One release cannot tell a fix upstream from a bug never there: the detail says what it saw.
+    assert "not needed here" in new["0001-guard.patch"].detail and "does not reverse-apply" in new["0001-guard.patch"].detail
     assert result.commit == result.pristine
 
 
@@ -609,12 +610,13 @@ def test_witnessing_without_recording_compares_with_the_lock_and_moves_no_branch
 
 
 def test_a_witness_checkout_moved_to_the_next_commit_holds_exactly_that_commit(tmp_path):
-    from sglpatch.apply.checkouts import advance_checkout, checkout_commit
+    from sglpatch.apply.checkouts import Checkouts, checkout_commit
 
     repo = tmp_path / "repo"
     repo.mkdir()
     git(repo, "init", "-q")
     (repo / "kept.py").write_text("kept\n")
+    (repo / "untouched.py").write_text("no patch touches this\n")
     (repo / "gone").mkdir()
     (repo / "gone" / "only.py").write_text("removed with its folder\n")
     (repo / "changed.py").write_text("before\n")
@@ -630,18 +632,32 @@ def test_a_witness_checkout_moved_to_the_next_commit_holds_exactly_that_commit(t
     git(repo, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "new")
     new = git(repo, "rev-parse", "HEAD").strip()
 
-    moved = advance_checkout(repo, checkout_commit(repo, old, tmp_path / "moved"), old, new)
-    fresh = checkout_commit(repo, new, tmp_path / "fresh")
-
     def listing(folder):
         return sorted((str(p.relative_to(folder)), p.read_bytes(), os.access(p, os.X_OK))
                       for p in folder.rglob("*") if p.is_file())
 
-    assert listing(moved) == listing(fresh)
-    assert not (moved / "gone").exists()
-    # A folder something wrote into is not trusted: it is checked out afresh.
-    (moved / "stray.txt").write_text("left by a witness\n")
-    assert listing(advance_checkout(repo, moved, new, old)) == listing(checkout_commit(repo, old, tmp_path / "old"))
+    with Checkouts(repo) as checkouts:
+        first = checkouts.get(old)
+        assert listing(first) == listing(checkout_commit(repo, old, tmp_path / "old"))
+        moved = checkouts.get(new)
+        assert listing(moved) == listing(checkout_commit(repo, new, tmp_path / "fresh"))
+        assert not (moved / "gone").exists() and checkouts.refreshed == []
+        # Something edits a file no commit changes (a test writing into the tree it judges), keeping
+        # its size and setting its time back: the next commit is checked out afresh, never moved
+        # on with the edit in it.
+        edited = moved / "untouched.py"
+        stat = edited.stat()
+        edited.write_text("no patch touches thiz\n")
+        os.utime(edited, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+        (moved / "stray.txt").write_text("left by a witness\n")
+        assert checkouts.changes() == ["stray.txt", "untouched.py"]
+        back = checkouts.get(old)
+        assert listing(back) == listing(tmp_path / "old") and checkouts.refreshed == [["stray.txt", "untouched.py"]]
+        # Asked for the same commit again, an edited folder is not given back as it is either.
+        (back / "kept.py").write_text("edited\n")
+        assert listing(checkouts.get(old)) == listing(tmp_path / "old")
+        folder = checkouts.folder
+    assert not folder.exists()
 
 
 def test_the_lock_records_each_witness_and_its_level_but_compares_only_the_result(fake_project, tmp_path):

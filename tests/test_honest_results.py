@@ -364,7 +364,7 @@ def test_a_spec_depth_answered_earlier_in_the_same_run_is_not_called_replayed(tm
     from sglpatch.matrix.records import Part
 
     monkeypatch.setenv(cache.ANSWERS_ENV, str(tmp_path / "answers"))
-    monkeypatch.setattr(cpu, "_ANSWERED_HERE", set())
+    monkeypatch.setattr(cpu, "_ANSWERED_HERE", {})
     put = SimpleNamespace(pin=SimpleNamespace(version="0.5.23"), patched_tree="p" * 40, pristine_tree="q" * 40,
                           series_version="1", series_hash="h")
     runs = []
@@ -383,7 +383,7 @@ def test_a_spec_depth_answered_earlier_in_the_same_run_is_not_called_replayed(tm
     first = cpu.run_cpu_cell(project, Cell("cpu", "spec", "0.5.23", 1))
     second = cpu.run_cpu_cell(project, Cell("cpu", "spec", "0.5.23", 2))
     assert len(runs) == 1 and (first.cached, second.cached) == (False, False)
-    monkeypatch.setattr(cpu, "_ANSWERED_HERE", set())  # a later run (another process)
+    monkeypatch.setattr(cpu, "_ANSWERED_HERE", {})  # a later run (another process)
     third = cpu.run_cpu_cell(project, Cell("cpu", "spec", "0.5.23", 3))
     assert len(runs) == 1 and third.cached
 

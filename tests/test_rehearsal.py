@@ -90,6 +90,27 @@ def test_the_table_never_says_pass_and_a_check_that_did_not_run_fails_the_rehear
     assert "PROBLEM: no figures" in render(rehearsal)
 
 
+def test_the_load_judges_part_that_cannot_fail_on_cpu_is_said_could_not_run_never_passed():
+    """On CPU the fused metadata-copy kernel is never compiled (no speculative decoding, no HIP),
+    so the job's "did not fail to compile" part cannot fail there: the rehearsal says so."""
+    from sglpatch.matrix.cells import Cell
+    from sglpatch.matrix.records import SKIPPED, CellRecord
+    from sglpatch.matrix.rocm_judge import COMPILE_PART, judge_figures
+    from sglpatch.rehearsal.runner import judged_on_cpu
+
+    record = CellRecord("rocm", "load", "0.5.23", None, "", "", SKIPPED)
+    judge_figures(Cell("rocm", "load", "0.5.23"), {"healthy_s": 12.0, "generate": "hi", "compile_failures": 0,
+                                                   "flags_asked": {}, "flags_resolved": {}}, record)
+    assert COMPILE_PART in [part.name for part in record.parts]  # the job's judge has the part
+    shown, lines = judged_on_cpu(record.parts)
+    assert COMPILE_PART not in shown and "server healthy: passed" in shown
+    [line] = lines
+    assert line.status == NOT_ON_CPU and line.check == f"load: {COMPILE_PART}"
+    assert "never compiled on CPU" in line.detail
+    table = render(Rehearsal("0.5.23", lines=[Line("load: one generate", RAN, f"the job's judge: {shown}"), line]))
+    assert not re.search(rf"{re.escape(COMPILE_PART)}: passed", table)
+
+
 def test_the_accuracy_check_hands_few_shot_gsm8k_a_bare_host_and_the_local_file(monkeypatch, tmp_path):
     """0.5.23's few_shot_gsm8k prefixes the scheme itself (a host of "http://..." became
     http://http://...), and without --data-path every release downloads GSM8K from GitHub."""

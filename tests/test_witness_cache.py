@@ -49,7 +49,10 @@ class Levelled(Counting):
 
 
 def _tree(tmp_path):
-    return lambda: tmp_path
+    """The tree a witness runs on: a folder of its own (the cache lives beside it, in tmp_path)."""
+    tree = tmp_path / "tree"
+    tree.mkdir(exist_ok=True)
+    return lambda: tree
 
 
 def test_the_same_tree_and_fingerprint_reuse_the_answer_and_a_new_fingerprint_runs_again(cache_dir, tmp_path):
@@ -107,7 +110,7 @@ def test_writes_are_atomic_under_unique_names(cache_dir, tmp_path):
     def write(n):
         try:
             for i in range(30):
-                answer_cache._store(key, WitnessResult("counting", BUG, "text", f"{n}-{i}"), "a")
+                answer_cache._store(key, WitnessResult("counting", BUG, "text", f"{n}-{i}"), "a", "t")
                 json.loads(entry.read_text())  # never half-written
         except Exception as exc:  # noqa: BLE001
             errors.append(exc)

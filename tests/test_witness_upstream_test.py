@@ -71,6 +71,96 @@ def test_what_is_no_verdict_is_unavailable_with_the_reason(found, why):
     assert why in result.detail
 
 
+@pytest.mark.parametrize("found, words", [
+    ({"tests": ["m.T.a", "m.T.b"], "tests_run": 2, "failures": [], "errors": [],
+      "skipped": [{"test": "m.T.a", "reason": "not on this release"}, {"test": "m.T.b", "reason": "nor this"}]},
+     ["every test skipped (T.a: not on this release"]),
+    ({"tests": ["m.T.a", "m.T.b"], "tests_run": 2, "failures": [], "errors": [],
+      "skipped": [{"test": "m.T.b", "reason": "needs a GPU"}]},
+     ["2 ran", "skipped: T.b: needs a GPU"]),
+    ({"tests": ["m.T.a"], "tests_run": 1, "failures": [], "errors": [], "skipped": [],
+      "expected_failures": [{"test": "m.T.a", "detail": "AssertionError: 2 != 1"}]},
+     ["expected failure (judges nothing): T.a"]),
+    ({"tests": ["m.T.a"], "tests_run": 1, "failures": [], "errors": [], "skipped": [], "unexpected_successes": ["m.T.a"]},
+     ["T.a: an unexpected success"]),
+    ({"tests": ["m.T.a"], "tests_run": 1, "failures": [{"test": "m.T.a", "detail": "AssertionError"}], "errors": [],
+      "skipped": [], "unexpected_successes": ["m.T.b"]},
+     ["T.b: an unexpected success"]),
+    ({"tests": ["m.T.a"], "tests_run": 1, "failures": [{"test": "m.T.a", "detail": "AssertionError"}], "errors": [],
+      "skipped": [], "tree_changed": ["python/sglang/test/ci/__init__.py"]},
+     ["the tests changed the tree they judge (python/sglang/test/ci/__init__.py)"]),
+], ids=["all-skipped", "one-skipped-rest-passed", "expected-failure", "unexpected-success",
+        "unexpected-success-beside-a-failure", "wrote-to-the-tree"])
+def test_a_skip_an_expected_failure_or_an_unexpected_success_is_never_clean(found, words):
+    result = upstream_test.judge(_answer(**{TEST_PATH: found}))
+    assert result.state == UNAVAILABLE, result
+    for word in words:
+        assert word in result.detail, result.detail
+
+
+def test_a_failed_assertion_beside_a_skip_is_the_bug_and_names_the_skip():
+    result = upstream_test.judge(_answer(**{TEST_PATH: {
+        "tests": ["m.T.a", "m.T.b"], "tests_run": 2, "errors": [], "skipped": [{"test": "m.T.b", "reason": "no GPU"}],
+        "failures": [{"test": "m.T.a", "detail": "AssertionError: 2 != 1"}]}}))
+    assert result.state == BUG and "not verdicts: skipped: T.b: no GPU" in result.detail
+
+
+def test_each_test_is_a_case_with_its_own_verdict():
+    result = upstream_test.judge(_answer(**{TEST_PATH: {
+        "tests": ["m.TestX.test_fails", "m.TestX.test_passes", "m.TestY.test_skips", "m.TestY.test_subtests"],
+        "tests_run": 4, "errors": [], "skipped": [{"test": "m.TestY.test_skips", "reason": "r"}],
+        "failures": [{"test": "m.TestX.test_fails", "detail": "AssertionError"},
+                     {"test": "m.TestY.test_subtests (spelling='regex')", "detail": "AssertionError"}]}}))
+    assert result.cases == {"TestX.test_fails": BUG, "TestX.test_passes": CLEAN, "TestY.test_skips": UNAVAILABLE,
+                            "TestY.test_subtests": BUG}
+
+
+def _rendition(tmp_path, name: str, trailers: dict):
+    from sglpatch.series.patches import parse_patch_file
+
+    text = format_patch(tmp_path / "src", {"a.py": "a\n"}, {"a.py": "b\n"}, "Fix a", trailers)
+    path = tmp_path / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    return parse_patch_file(path)
+
+
+@pytest.mark.parametrize("name, trailers, written_for", [
+    ("0004-fix-a.patch", {"Applies-To": "==0.5.23"}, "0.5.23"),  # patch refresh 0.5.23 writes this
+    ("0004-fix-a.patch", {"Applies-To": ">=0.5.20"}, "0.5.23"),  # the newest release it covers
+    ("renditions/0004-fix-a/0.5.16.patch", {"Applies-To": ">=0.5.16,<=0.5.19"}, "0.5.16"),  # named after its pin
+    ("0001-guard.patch", {"Applies-To": ">=0.5.12,<=0.5.23", "Fixed-Upstream-In": "0.5.15 (same guard)"}, "0.5.14"),
+    ("0001-guard.patch", {"Applies-To": ">=0.5.17,<=0.5.23", "Fixed-Upstream-In": "0.5.15 (same guard)"}, None),
+])
+def test_the_release_a_fix_was_written_for(tmp_path, name, trailers, written_for):
+    rendition = _rendition(tmp_path, name, {"Witness": "upstream-test", **trailers})
+    assert upstream_test.release_written_for(rendition, REAL_PINS.pins) == written_for
+
+
+@pytest.mark.parametrize("runs, suggested", [
+    ({"0.5.21": True, "0.5.22": False}, "Inappropriate [fixed upstream differently in 0.5.22]"),
+    ({"0.5.22": False}, None),  # nothing in the run found the bug on an older release
+    ({"0.5.21": True, "0.5.23": False}, None),  # the release the fix was written for
+], ids=["found-before-gone-after", "never-found", "on-the-release-written-for"])
+def test_fixed_upstream_differently_is_said_only_after_the_bug_was_found_and_not_where_the_fix_was_written(
+        tmp_path, runs, suggested):
+    from types import SimpleNamespace
+
+    from sglpatch.apply.one_pin import PatchOutcome, PinResult
+    from sglpatch.upstream.suggest import status_suggestions
+
+    main = _rendition(tmp_path, "0004-fix-a.patch", {"Witness": "upstream-test", "Applies-To": ">=0.5.22,<=0.5.23",
+                                                     "Upstream-Status": "Pending"})
+    older = _rendition(tmp_path, "renditions/0004-fix-a/0.5.21.patch",
+                       {"Witness": "upstream-test", "Applies-To": "==0.5.21", "Upstream-Status": "Pending"})
+    patch = SimpleNamespace(name="0004-fix-a.patch", main=main, for_version=lambda v: older if v == "0.5.21" else main)
+    results = [PinResult(version, "/t", patches=[PatchOutcome("0004-fix-a.patch", "applied" if needed else "not-needed",
+                                                             needed=needed)])
+               for version, needed in runs.items()]
+    found = status_suggestions(SimpleNamespace(patches=[patch]), results, REAL_PINS.pins)
+    assert [s.suggested for s in found] == ([suggested] if suggested else [])
+
+
 def _project_with_tests(fake_project, tmp_path, test_text: str | None, witness: str = "guard-text",
                         test_path: str = TEST_PATH):
     files = {"python/sglang/srt/layers/example.py": "".join(f"line {n}\n" for n in range(1, 41))}
@@ -209,10 +299,10 @@ if __name__ == "__main__":
 '''
 
 
-def _new_patch(project, tmp_path) -> None:
+def _new_patch(project, tmp_path, test_text: str = NEW_TEST, witness: str = "upstream-test") -> None:
     """What the guide (docs/writing-a-fix.md) asks of a new fix: the patch, listed in the series,
-    and its test beside it. The bug is real: 0.5.23's ci_register lists register_musa_ci twice
-    in __all__."""
+    and its test beside it (``test_text``). The bug is real: 0.5.23's ci_register lists
+    register_musa_ci twice in __all__."""
     from conftest import pristine_subtree
 
     released = pristine_subtree("0.5.23", tmp_path / "released", "python/sglang/test/ci")
@@ -222,7 +312,7 @@ def _new_patch(project, tmp_path) -> None:
     second = text.index('    "register_musa_ci",\n', first + 1)
     fixed = text[:second] + text[second + len('    "register_musa_ci",\n'):]
     patch = format_patch(tmp_path / "src", {path: text}, {path: fixed}, "[CI] List each CI registration helper once in __all__",
-                         {"Witness": "upstream-test", "Applies-To": "==0.5.23",
+                         {"Witness": witness, "Applies-To": "==0.5.23",
                           "Origin": "sglpatch; found while writing the guide to a new fix"},
                          body="Problem: register_musa_ci is listed twice in __all__.\n\nFix: list it once.\n\n"
                               "Testing: test/registered/unit/ci/test_ci_register_exports.py.")
@@ -231,7 +321,7 @@ def _new_patch(project, tmp_path) -> None:
         series.write(f"{NEW_STEM}.patch\n")
     target = project.patches_dir / "tests" / NEW_STEM / NEW_TEST_PATH
     target.parent.mkdir(parents=True)
-    target.write_text(NEW_TEST)
+    target.write_text(test_text)
 
 
 @pytest.mark.network

@@ -72,7 +72,7 @@ def apply_series(
         results = []
         for number, pin in enumerate(selected, 1):
             results.append(_apply_shown(project, pin, series, trees, git_url, options, f"{number}/{len(selected)}"))
-    report = ApplyReport(series.version, series.digest(), results, status_suggestions(series, results))
+    report = ApplyReport(series.version, series.digest(), results, status_suggestions(series, results, pins.pins))
     if record or report_path:
         destination = report_path or (out_dir or project.build_dir) / "apply-report.json"
         cache.write_atomically(destination, report.to_json() + "\n")

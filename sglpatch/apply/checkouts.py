@@ -1,10 +1,10 @@
 """Scratch checkouts of a commit's files, for witnesses and the judge to look at: written by git
-itself from a private index, and moved from one commit to the next by writing only what differs.
+itself from a private index, and moved from one commit to the next by writing only what differs,
+each time checked to hold exactly the commit (``Checkouts``).
 """
 
 from __future__ import annotations
 
-import os
 import tempfile
 from pathlib import Path
 
@@ -28,64 +28,59 @@ def checkout_commit(repo: Path, commit: str, dest: Path, paths: list[str] | None
     return dest
 
 
-def advance_checkout(repo: Path, folder: Path, old: str, new: str) -> Path:
-    """Turn ``folder``, a checkout of ``old``, into one of ``new`` by writing only the paths that
-    differ: a series touches a handful of a release's thousands of files. Where the folder no
-    longer holds exactly ``old``'s paths (something wrote into it), it is checked out afresh."""
-    if _checked_out_paths(folder) != set(tree_modes(repo, old)):
-        cache.remove(folder)
-        return checkout_commit(repo, new, folder)
-    changed = run_git(["diff-tree", "-r", "-z", "--no-renames", "--name-status", old, new], repo).stdout
-    fields = changed.decode(errors="surrogateescape").split("\0")
-    written = []
-    for status, path in zip(fields[0::2], fields[1::2]):
-        target = folder / path
-        if status == "D" or target.is_symlink() or target.exists():
-            target.unlink(missing_ok=True)
-        if status == "D":
-            parent = target.parent
-            while parent != folder and not any(parent.iterdir()):
-                parent.rmdir()
-                parent = parent.parent
-        else:
-            written.append(path)
-    if written:
-        checkout_commit(repo, new, folder, written)
-    return folder
-
-
-def _checked_out_paths(folder: Path) -> set[str]:
-    found = set()
-    for root, dirs, files in os.walk(folder):
-        for name in files + [d for d in dirs if os.path.islink(os.path.join(root, d))]:
-            found.add(os.path.relpath(os.path.join(root, name), folder))
-    return found
-
-
 class Checkouts:
-    """The commits witnesses look at, in one private folder removed afterwards: the first checked
-    out, each next one made from the one before (the folder holds one commit at a time)."""
+    """The commits witnesses look at, in one private folder removed afterwards, each one exactly
+    the commit it is asked for: the first checked out with a private index that records every
+    file's state, each next one moved from the one before by git (``read-tree -m -u``: only the
+    files that differ are written). Before each move or reuse the folder is compared with that
+    index (``git diff-files``, and ``git ls-files --others`` for files added: what ``git status
+    --porcelain`` reports); a folder something wrote into (a witness, a patch's regression test)
+    is checked out afresh, never moved on with the change still in it."""
 
     def __init__(self, tree_path: Path):
         self.tree_path = tree_path
         self.folder: Path | None = None
         self.commit: str | None = None
+        self.index: Path | None = None
+        self.refreshed: list[list[str]] = []  # the changes found (and dropped) before each fresh checkout
 
     def __enter__(self) -> "Checkouts":
         return self
 
+    def _git(self, args: list[str]):
+        return run_git(["--work-tree", str(self.folder), *args], self.tree_path, env={"GIT_INDEX_FILE": str(self.index)})
+
+    def changes(self) -> list[str]:
+        """The folder's paths that are not the commit's as checked out: modified, removed or added."""
+        modified = self._git(["diff-files", "--name-only", "-z"]).stdout
+        added = self._git(["ls-files", "--others", "-z"]).stdout
+        return sorted({name.decode(errors="surrogateescape") for name in (modified + added).split(b"\0") if name})
+
     def get(self, commit: str) -> Path:
+        if self.folder is not None:
+            changed = self.changes()
+            if changed:
+                self.refreshed.append(changed)
+                self._remove()
         if self.folder is None:
-            self.folder = Path(tempfile.mkdtemp(dir=self.tree_path / ".git", prefix="sglpatch-witness-"))
-            checkout_commit(self.tree_path, commit, self.folder)
+            self.folder = Path(tempfile.mkdtemp(dir=self.tree_path / ".git", prefix="sglpatch-witness-")).resolve()
+            self.index = self.folder.with_name(self.folder.name + ".index")
+            self._git(["read-tree", commit])
+            self._git(["checkout-index", "--all", "--force", "-u"])
         elif commit != self.commit:
-            advance_checkout(self.tree_path, self.folder, self.commit, commit)
+            self._git(["read-tree", "-m", "-u", self.commit, commit])
         self.commit = commit
         return self.folder
 
-    def __exit__(self, *exc) -> None:
+    def _remove(self) -> None:
         if self.folder is not None:
             cache.remove(self.folder)
+        if self.index is not None:
+            self.index.unlink(missing_ok=True)
+        self.folder = self.index = self.commit = None
+
+    def __exit__(self, *exc) -> None:
+        self._remove()
 
 
 def tree_modes(tree_path: Path, commit: str) -> dict[str, str]:

@@ -17,6 +17,7 @@ import hashlib
 import json
 import os
 import tempfile
+import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -26,7 +27,7 @@ from sglpatch.plumbing import gitcmd
 from sglpatch.plumbing.errors import SglpatchError
 from sglpatch.plumbing.gitcmd import git_out, run_git
 from sglpatch.series import diffs
-from sglpatch.series.check import patch_problems
+from sglpatch.series.check import patch_problems, tests_problems
 from sglpatch.apply.index_apply import (apply_to_index, check_exact, commit_patch, conflict_detail, display_name, made_on,
                                   reverse_applies, three_way_to_index)
 from sglpatch.apply.outcomes import FAILURES, Outcome
@@ -35,8 +36,9 @@ from sglpatch.series.lock import check_entry, compare_entry, unchecked_verdicts
 from sglpatch.series.patches import PatchFile, Series
 from sglpatch.sources.pins import Pin
 from sglpatch.sources.pristine_tree import Pristine
-from sglpatch.witnesses import answer_cache, registry
+from sglpatch.witnesses import agreement, answer_cache, registry
 from sglpatch.witnesses.results import BUG, CLEAN, UNAVAILABLE, WitnessResult
+from sglpatch.witnesses.upstream_test import UpstreamTestWitness, release_written_for
 
 RESULTS_DIR = "sglpatch-results"
 
@@ -59,6 +61,9 @@ class PatchOutcome:
     tests_after: str = ""
     reverse_applies: bool = False  # the pin already holds exactly this change
     unproven: str = ""  # with --allow-unavailable: why the witness could not prove this outcome
+    # "<tree>: <witness>" -> where its answer was replayed from (a kept answer, not a run), for
+    # every printer to say so; empty where every answer ran for this result.
+    replayed: dict = field(default_factory=dict)
 
     def witness_record(self) -> dict:
         """For the lock entry: what the witness answered, with the level it ran at, on the
@@ -86,6 +91,9 @@ class PinResult:
     # Classified by text alone: the lock's verdicts that only a witness gives, left unchecked
     # (the trees and commits being the lock's), one per patch whose status differs.
     unchecked: list[str] = field(default_factory=list)
+    # Where the whole result was replayed from (apply's own kept result of the same inputs); empty
+    # where it was made now.
+    replayed: str = ""
 
     def lock_entry(self, artifact_sha256: str) -> dict:
         return {
@@ -183,7 +191,7 @@ def apply_pin(
 
 def _inputs_key(
     pin: Pin, pristine: Pristine, renditions: list[tuple[str, PatchFile | None]], run_witnesses: bool,
-    pins: tuple[Pin, ...], checks: dict[str, list] | None = None,
+    pins: tuple[Pin, ...], checks: dict[str, list] | None = None, case_maps: bytes = b"",
 ) -> str:
     """What an apply result depends on: the pristine commit, every rendition's bytes and the pins
     whose trees its three-way apply could read, git's version, and with witnesses each witness's
@@ -191,7 +199,10 @@ def _inputs_key(
     witnesses = {w.name: w for w in registry.registry().values()}
     witnesses.update({w.name: w for ws in (checks or {}).values() for w in ws})
     prints = sorted(f"{w.name}-{answer_cache.fingerprint(w, pin)}" for w in witnesses.values()) if run_witnesses else []
-    digest = hashlib.sha256(f"sglpatch-apply-6\0{pristine.commit}\0{gitcmd.version()}\0{prints}\0".encode())
+    # 7: refusals of tests that do not find the bug where the fix was written or disagree with the
+    # patch's witness (their cases.toml in the key); replay marks in the outcomes.
+    digest = hashlib.sha256(f"sglpatch-apply-7\0{pristine.commit}\0{gitcmd.version()}\0{prints}\0".encode())
+    digest.update(case_maps + b"\0")
     for name, rendition in renditions:
         digest.update(name.encode() + b"\0" + (rendition.raw if rendition else b"-") + b"\0")
         if rendition is not None:
@@ -216,7 +227,10 @@ def _build(
         for patch, (_, rendition) in zip(series.patches, selected)
         if rendition is not None and run_witnesses
     }
-    key = _inputs_key(pin, pristine, selected, run_witnesses, pins, checks)
+    rules = {patch.name: (release_written_for(rendition, pins or (pin,)), agreement.read_case_map(series.directory, patch.stem))
+             for patch, (_, rendition) in zip(series.patches, selected) if patch.name in checks}
+    case_maps = b"".join(rule[1].path.read_bytes() for rule in rules.values() if rule[1] is not None)
+    key = _inputs_key(pin, pristine, selected, run_witnesses, pins, checks, case_maps)
     memo = tree_path / ".git" / RESULTS_DIR / f"{key}.json"
     if memo.exists():
         saved = json.loads(memo.read_text())
@@ -224,19 +238,28 @@ def _build(
         if commit_ok.returncode == 0:
             result.commit, result.tree = saved["commit"], saved["tree"]
             result.patches = [PatchOutcome(**outcome) for outcome in saved["patches"]]
+            result.replayed = f"apply's result kept {saved.get('stored', '?')} ({memo.relative_to(tree_path)})"
+            for outcome in result.patches:
+                if outcome.witness_before:
+                    outcome.replayed = {"every tree": result.replayed}
             return
     for name, rendition in selected:
         if rendition is not None:
             problems = patch_problems(rendition, series.directory.parent)
             if problems:
                 raise SglpatchError("; ".join(str(problem) for problem in problems))
-    _apply_all(tree_path, pin, pristine, selected, result, checks, allow_unavailable, pins)
+    for patch in series.patches:
+        tests = [w for w in checks.get(patch.name, ()) if isinstance(w, UpstreamTestWitness)]
+        problems = tests_problems(series.directory, patch.stem, tests[0].tests, len(checks[patch.name]) > 1) if tests else []
+        if problems:
+            raise SglpatchError("; ".join(str(problem) for problem in problems))
+    _apply_all(tree_path, pin, pristine, selected, result, checks, allow_unavailable, pins, rules)
     # An unavailable witness may be available next time; only settled answers are remembered.
     settled = not any(o.unproven for o in result.patches)
     if settled and not any(outcome.status in FAILURES for outcome in result.patches):
-        cache.write_atomically(
-            memo, json.dumps({"commit": result.commit, "tree": result.tree, "patches": [asdict(o) for o in result.patches]})
-        )
+        kept = [{**asdict(o), "replayed": {}} for o in result.patches]
+        cache.write_atomically(memo, json.dumps({"commit": result.commit, "tree": result.tree, "patches": kept,
+                                                 "stored": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())}))
 
 
 def _apply_all(
@@ -248,19 +271,28 @@ def _apply_all(
     checks: dict[str, list],
     allow_unavailable: bool = False,
     pins: tuple[Pin, ...] = (),
+    rules: dict[str, tuple] | None = None,
 ) -> None:
     """``checks``: each patch's witnesses (``registry.witnesses_for``), its own first; every one
-    must find the bug on the pristine tree or the patch is not needed, and pass on the patched."""
+    must find the bug on the pristine tree or the patch is not needed, and pass on the patched.
+    ``rules``: each patch's (release its fix was written for, ``cases.toml``): a patch whose tests
+    pass on the pristine release they were written for, or disagree with its witness on a tree, is
+    refused (``agreement.refusals``)."""
     checks = {name: witnesses for name, witnesses in checks.items() if witnesses}
+    rules = rules or {}
     with Checkouts(tree_path) as checkouts:
         pristine_tree = _tree_of(tree_path, pristine.commit)
         answers = _witnessed(
             [w for ws in checks.values() for w in ws], pristine_tree, pin, "pristine",
             lambda: checkouts.get(pristine.commit),
         )
-        before = {name: _together([answers[w.name] for w in ws]) for name, ws in checks.items()}
-        _apply_commits(tree_path, pin, pristine, selected, result, before, allow_unavailable, pins)
+        before = {name: agreement.together([answers[w.name] for w in ws]) for name, ws in checks.items()}
+        refused = {name: agreement.refusals(ws, answers, "pristine", pin.version, *rules.get(name, (None, None)))
+                   for name, ws in checks.items()}
+        _apply_commits(tree_path, pin, pristine, selected, result, before, allow_unavailable, pins,
+                       {name: "; ".join(reasons) for name, reasons in refused.items() if reasons})
         for outcome in result.patches:
+            _mark_replays(outcome, checks.get(outcome.name, ()), answers, "pristine")
             if outcome.witness_before and len(checks.get(outcome.name, ())) > 1:
                 first, tests = checks[outcome.name][0], checks[outcome.name][1]
                 outcome.witness_before = answers[first.name].summary()
@@ -275,9 +307,14 @@ def _apply_all(
         )
         for outcome in to_confirm:
             witnesses = checks[outcome.name]
+            _mark_replays(outcome, witnesses, answers, "patched")
             outcome.witness_after = answers[witnesses[0].name].summary()
             if len(witnesses) > 1:
                 outcome.tests_after = answers[witnesses[1].name].summary()
+            reasons = agreement.refusals(witnesses, answers, "patched", pin.version, *rules.get(outcome.name, (None, None)))
+            if reasons:
+                outcome.status, outcome.detail = Outcome.WITNESS_REFUSED, "; ".join(reasons)
+                continue
             for witness in witnesses:
                 after = answers[witness.name]
                 if after.state == BUG:
@@ -291,18 +328,11 @@ def _apply_all(
                         break
 
 
-def _together(results: list[WitnessResult]) -> WitnessResult:
-    """One patch's witnesses on one tree as one answer: unavailable when any could not run, the
-    bug when any finds it, clean when all pass."""
-    if len(results) == 1:
-        return results[0]
-    for state in (UNAVAILABLE, BUG):
-        some = [r for r in results if r.state == state]
-        if some:
-            return WitnessResult(", ".join(r.witness for r in some), state, some[0].level,
-                                 "; ".join(f"{r.witness}: {r.detail}" for r in some))
-    return WitnessResult(", ".join(r.witness for r in results), CLEAN, results[0].level,
-                         "; ".join(f"{r.witness}: {r.detail}" for r in results))
+def _mark_replays(outcome: PatchOutcome, witnesses, answers: dict[str, WitnessResult], tree: str) -> None:
+    for witness in witnesses:
+        answer = answers.get(witness.name)
+        if answer is not None and answer.replayed:
+            outcome.replayed[f"{tree}: {witness.name}"] = answer.replayed
 
 
 def _apply_commits(
@@ -314,7 +344,11 @@ def _apply_commits(
     before: dict[str, WitnessResult],
     allow_unavailable: bool = False,
     pins: tuple[Pin, ...] = (),
+    refused: dict[str, str] | None = None,
 ) -> None:
+    """One commit per patch; ``refused``: the patches whose witnesses cannot stand on the pristine
+    tree, with why: not applied, and failing the pin."""
+    refused = refused or {}
     git_dir = tree_path / ".git"
     fd, index_name = tempfile.mkstemp(dir=git_dir, prefix="sglpatch-index-")
     os.close(fd)
@@ -329,15 +363,21 @@ def _apply_commits(
                 result.patches.append(PatchOutcome(name, Outcome.NOT_APPLICABLE, detail=f"no rendition for {pin.version}"))
                 continue
             witnessed = before.get(name)
+            if name in refused:
+                result.patches.append(PatchOutcome(name, Outcome.WITNESS_REFUSED, rendition=str(rendition.path),
+                                                   detail=refused[name], witness_before=witnessed.summary()))
+                continue
             if witnessed is not None and witnessed.state == CLEAN:
                 same = reverse_applies(tree_path, env, rendition.diff_text)
-                how = "the patch reverse-applies: upstream has this change" if same else "upstream fixed it differently"
+                # Whether upstream fixed it, or the bug is not in this release at all, one release
+                # cannot tell: the Upstream-Status suggestions weigh the releases together.
+                how = "the patch reverse-applies: upstream has this change" if same else "the patch does not reverse-apply"
                 result.patches.append(
                     PatchOutcome(
                         name,
                         Outcome.NOT_NEEDED,
                         rendition=str(rendition.path),
-                        detail=f"fixed upstream: witness {witnessed.witness} passes on the pristine tree; {how}",
+                        detail=f"not needed here: witness {witnessed.witness} passes on the pristine tree; {how}",
                         needed=False,
                         witness_before=witnessed.summary(),
                         reverse_applies=same,

@@ -22,6 +22,9 @@ class Outcome(enum.StrEnum):
     NOT_NEEDED = "not-needed"
     WITNESS_FAILED = "witness-failed"
     WITNESS_UNAVAILABLE = "witness-unavailable"  # also rebase's: nothing can confirm a port
+    # The patch's proof cannot stand: its tests pass on the pristine release the fix was written for,
+    # or they and its own witness disagree on a tree (``witnesses.agreement``).
+    WITNESS_REFUSED = "witness-refused"
     # rebase, on a release that is not pinned
     CARRIES_OVER = "carries-over"
     NEW_RENDITION = "new-rendition"
@@ -32,6 +35,7 @@ class Outcome(enum.StrEnum):
 # The statuses of a patch committed on the pin.
 APPLIED_STATES = (Outcome.APPLIED, Outcome.APPLIED_WITH_OFFSET, Outcome.APPLIED_THREE_WAY)
 # The statuses that fail a pin.
-FAILURES = (Outcome.CONFLICT, Outcome.MISSING_FILE, Outcome.WITNESS_FAILED, Outcome.WITNESS_UNAVAILABLE)
+FAILURES = (Outcome.CONFLICT, Outcome.MISSING_FILE, Outcome.WITNESS_FAILED, Outcome.WITNESS_UNAVAILABLE,
+            Outcome.WITNESS_REFUSED)
 # The rebase verdicts that settle a patch on the release; any other leaves it to a person.
 CLASSIFIED = (Outcome.CARRIES_OVER, Outcome.NEW_RENDITION, Outcome.ALREADY_UPSTREAM, Outcome.FIXED_UPSTREAM)

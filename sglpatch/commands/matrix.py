@@ -64,10 +64,11 @@ def run_cell(project, args) -> int:
         from sglpatch.rocm.job import run_rocm_cell
 
         record = run_rocm_cell(project, cell, options_from(args))
-    cached = " (cached)" if record.cached else ""
-    say(args, f"{cell.label}: {record.outcome}{cached} in {record.seconds:.1f} s")
+    say(args, f"{cell.label}: {record.outcome}{cached_mark(record)} in {record.seconds:.1f} s")
     for part in record.parts:
         say(args, f"  {part.outcome:<8} {part.name}: {part.detail}")
+    for where in record.figures.get("replayed") or []:
+        say(args, f"  replayed, not run now: {where}")
     if record.reason and not record.parts:
         say(args, f"  reason: {record.reason}")
     say(args, f"  record: {project.build_dir / 'matrix' / 'records' / (record.cell_id + '.json')}  log: {record.log}")
@@ -88,7 +89,7 @@ def run_all(project, args) -> int:
 
     records = run_cpu_tier(project, args.pins, use_cache=not args.no_cache, jobs=args.jobs)
     for record in records:
-        say(args, f"{record.outcome:<8} {record.cell_id}" + (" (cached)" if record.cached else "")
+        say(args, f"{record.outcome:<8} {record.cell_id}" + cached_mark(record)
             + (f": {record.reason}" if record.reason else ""))
     outcomes = [record.outcome for record in records]
     say(args, f"{len(records)} CPU cells: " + ", ".join(f"{outcomes.count(o)} {o}" for o in results.OUTCOMES if o in outcomes))
@@ -99,6 +100,15 @@ def run_all(project, args) -> int:
         say(args, "a CPU cell must run every part (--allow-unavailable accepts partial cells)")
         return exitcodes.UNAVAILABLE
     return exitcodes.OK
+
+
+def cached_mark(record) -> str:
+    """`` (cached)`` for a kept record, `` (cached: N parts replayed)`` for one some of whose parts
+    gave back kept answers; nothing for a cell that ran every part now."""
+    replayed = (record.figures or {}).get("replayed") or []
+    if not record.cached:
+        return ""
+    return f" (cached: {len(replayed)} answer(s) replayed)" if replayed else " (cached)"
 
 
 def run_cells(project, args) -> int:

@@ -7,6 +7,7 @@ pristine tree hashes and the code that checks them, so a warm re-run of the whol
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import json
@@ -21,13 +22,14 @@ from sglpatch.plumbing import cache, progress, workers
 from sglpatch.plumbing.errors import SglpatchError
 from sglpatch.plumbing.project import Project
 from sglpatch.serving.profile import load_profile
-from sglpatch.witnesses import cpu_envs
+from sglpatch.witnesses import answer_cache, cpu_envs
 from sglpatch.witnesses.rocm_guard import RocmGuardWitness
 
 CELLS = cache.Memo("matrix-cpu")
 # The keys this process computed and kept (the spec check answers every depth of a pin at once):
-# a later cell of the same run that reads one back ran in this run, it was not replayed.
-_ANSWERED_HERE: set[str] = set()
+# a later cell of the same run that reads one back ran in this run, it was not replayed; each with
+# where the parts of that run gave back kept answers.
+_ANSWERED_HERE: dict[str, list[str]] = {}
 
 
 def _cell_key(put: PinUnderTest, cell: Cell) -> str | None:
@@ -54,6 +56,9 @@ def run_cpu_cell(project: Project, cell: Cell, *, use_cache: bool = True) -> Cel
 
 
 def _run_cell(project: Project, cell: Cell, use_cache: bool) -> CellRecord:
+    """The cell's kept record (``cached``), or its parts run now; ``cached`` too, with
+    ``figures["replayed"]`` naming them, where a part gave back a kept answer. Without
+    ``use_cache`` nothing kept by another process is given back, a witness's answer included."""
     started = time.monotonic()
     out = matrix_dir(project)
     log_path = out / "logs" / f"{cell_id(cell.tier, cell.check, cell.pin, cell.depth)}.log"
@@ -69,7 +74,12 @@ def _run_cell(project: Project, cell: Cell, use_cache: bool) -> CellRecord:
     if kept is not None:
         try:
             record = CellRecord.from_dict(kept)
-            record.cached = key not in _ANSWERED_HERE
+            if key in _ANSWERED_HERE:
+                record.cached = bool(_ANSWERED_HERE[key])
+                if _ANSWERED_HERE[key]:
+                    record.figures["replayed"] = _ANSWERED_HERE[key]
+            else:
+                record.cached = True
             # The answer read the trees, not the patch files: a series that gives the same trees
             # (renditions tidied, a message edited) reuses it, and the record names the series run now.
             record.series_version, record.series_hash = put.series_version, put.series_hash
@@ -77,9 +87,21 @@ def _run_cell(project: Project, cell: Cell, use_cache: bool) -> CellRecord:
         except (ValueError, TypeError, KeyError):
             CELLS.path(key).unlink(missing_ok=True)
     try:
-        record, log = _run_fresh(put, cell)
+        with contextlib.ExitStack() as scope:
+            if not use_cache:
+                scope.enter_context(answer_cache.rerun())  # every part runs again, the witnesses' too
+            replayed = scope.enter_context(answer_cache.replays_seen())
+            answered = set(_ANSWERED_HERE)
+            record, log = _run_fresh(put, cell)
     finally:
         remove_checkouts()
+    for kept in set(_ANSWERED_HERE) - answered:
+        _ANSWERED_HERE[kept] = list(dict.fromkeys(replayed))
+    if replayed:
+        # A part that gave back a kept answer did not run now: the record says which.
+        record.cached = True
+        record.figures["replayed"] = list(dict.fromkeys(replayed))
+        log = [*log, *(f"replayed, not run now: {where}" for where in record.figures["replayed"])]
     return _finish(record, out, log_path, started, log)
 
 
@@ -111,7 +133,7 @@ def _remember(put: PinUnderTest, cell: Cell, record: CellRecord) -> None:
     key = _cell_key(put, cell)
     if record.outcome in (PASSED, FAILED) and key is not None:
         CELLS.put(key, json.loads(record.to_json()))
-        _ANSWERED_HERE.add(key)
+        _ANSWERED_HERE[key] = []
 
 
 def _finish(record: CellRecord, out: Path, log_path: Path, started: float, log: list[str] | None) -> CellRecord:

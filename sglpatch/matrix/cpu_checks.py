@@ -10,6 +10,7 @@ import dataclasses
 import hashlib
 import json
 import tempfile
+import time
 from pathlib import Path
 
 from sglpatch.apply.pin_under_test import PinUnderTest, checkout
@@ -73,8 +74,13 @@ def pin_probes(put: PinUnderTest, commit: str | None = None) -> dict:
     tree_hash = put.patched_tree if commit == put.patched_commit else git_out(["rev-parse", f"{commit}^{{tree}}"], put.tree_path)
     key = _probes_key(put, tree_hash)
     with PIN_PROBES.lock(key):
-        found = PIN_PROBES.get(key) if cpu_envs.env_built(put.pin) else None
+        here = key in _PROBED_HERE
+        reuse = cpu_envs.env_built(put.pin) and (here or not answer_cache.rerunning())
+        found = PIN_PROBES.get(key) if reuse else None
         if found is not None:
+            if not here:
+                answer_cache.note_replay(f"the CPU tier's probes of {put.pin.version}: kept {found.get('stored', '?')} "
+                                         f"({PIN_PROBES.kind}/{key})")
             return found
         python = cpu_python(put.pin)  # Unavailable when the CPU Python cannot be had here
         profile = load_profile(PROFILE)
@@ -97,11 +103,14 @@ def pin_probes(put: PinUnderTest, commit: str | None = None) -> dict:
             "transient": [r.name for r in requests if run.failure(r.name) and run.transient(r.name)],
         }, default=str))
         if not found["failures"]:
-            PIN_PROBES.put(_probes_key(put, tree_hash), found)  # the environment is built now
+            kept = _probes_key(put, tree_hash)  # the environment is built now
+            PIN_PROBES.put(kept, {**found, "stored": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())})
+            _PROBED_HERE.add(kept)
     return found
 
 
 PIN_PROBES = cache.Memo("matrix-cpu-probes")
+_PROBED_HERE: set[str] = set()  # read back in this process: no replay
 
 
 def _probes_key(put: PinUnderTest, tree_hash: str) -> str:

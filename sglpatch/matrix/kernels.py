@@ -57,7 +57,7 @@ def what_ran(result) -> str:
 
 def witness_part(name: str, result, *, expect: str) -> Part:
     """A witness answer as a cell part: "unavailable" is a skip with its reason, never a pass."""
-    detail = f"{result.state} [{result.level}] {result.detail}".strip()
+    detail = f"{result.shown()} {result.detail}".strip() + (f" (replayed: {result.replayed})" if result.replayed else "")
     if result.state == UNAVAILABLE:
         return Part(name, SKIPPED, result.detail)
     return Part(name, PASSED if result.state == expect else FAILED, f"expected {expect}, got {detail}")

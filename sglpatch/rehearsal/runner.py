@@ -41,7 +41,7 @@ from sglpatch.bench.records import BenchRecord
 from sglpatch.bench.workloads import Serving, SingleStream
 from sglpatch.matrix.cells import Cell
 from sglpatch.matrix.records import FAILED, SKIPPED, CellRecord, last_json
-from sglpatch.matrix.rocm_judge import judge_figures
+from sglpatch.matrix.rocm_judge import COMPILE_PART, judge_figures
 from sglpatch.plumbing.errors import SglpatchError
 from sglpatch.plumbing.project import Project
 from sglpatch.rehearsal import gsm8k
@@ -77,6 +77,13 @@ GSM8K_QUESTIONS, GSM8K_SHOTS = 4, 2
 HIT_RATE_TOLERANCE = 0.1
 
 RAN, NOT_ON_CPU, DID_NOT_RUN = "ran for real", "could not run on CPU", "did not run"
+# The job's judgements that cannot fail on CPU, and why: each is said "could not run on CPU" with
+# what the judge found, never "passed".
+CANNOT_FAIL_ON_CPU = {
+    COMPILE_PART: "the fused metadata-copy kernel is never compiled on CPU: it is the multi-step draft path's "
+                  "(no speculative decoding here) and a HIP build's (no ROCm toolchain in the server), so no "
+                  "failed compile can appear in the log",
+}
 
 
 @dataclass
@@ -229,10 +236,11 @@ def _load(rehearsal, python, env, folder, server_info, launch, on_log) -> None:
     missing = sorted(set(asked) - set(resolved))
     if missing:
         problems.append(f"/server_info does not report {', '.join(missing)}")
-    parts = "; ".join(f"{part.name}: {part.outcome}" for part in record.parts)
+    parts, not_on_cpu = judged_on_cpu(record.parts)
     rehearsal.lines.append(Line("load: one generate, flags read back from /server_info", RAN,
                                 f"asked {asked}, /server_info says {resolved}; generate {figures.get('generate')!r:.40}; "
                                 f"the job's judge: {parts}", seconds, problems))
+    rehearsal.lines += not_on_cpu
     # A checked flag the CPU launch cannot ask for is still looked up where the check looks, with
     # the check's own lookup: a field renamed or gone from /server_info would show here.
     fields = serve_check.find_fields(_server_info(server_info["url"]), set(serve_check.CHECKED_FLAGS.values()))
@@ -240,6 +248,16 @@ def _load(rehearsal, python, env, folder, server_info, launch, on_log) -> None:
         found = f"/server_info has {flag} (= {fields[flag]!r})" if flag in fields else f"/server_info has no {flag}"
         rehearsal.lines.append(Line(f"load: {flag} asked and read back", NOT_ON_CPU, f"{why}; {found}", None,
                                     [] if flag in fields else [f"/server_info does not report {flag}"]))
+
+
+def judged_on_cpu(parts) -> tuple[str, list[Line]]:
+    """The job's judgement of a CPU run: the parts that can fail here, as the judge said them, and
+    a "could not run on CPU" line for each part that cannot (``CANNOT_FAIL_ON_CPU``)."""
+    shown = "; ".join(f"{part.name}: {part.outcome}" for part in parts if part.name not in CANNOT_FAIL_ON_CPU)
+    lines = [Line(f"load: {part.name}", NOT_ON_CPU, f"{CANNOT_FAIL_ON_CPU[part.name]} (the job's judge read the log: "
+                                                     f"{part.detail or part.outcome})")
+             for part in parts if part.name in CANNOT_FAIL_ON_CPU]
+    return shown, lines
 
 
 def _server_info(url: str) -> dict:
@@ -359,7 +377,8 @@ def _scanners(rehearsal, log: Path) -> None:
                         f"{findings['flag_findings']} / {bench_findings['inert_fusion']}")
     rehearsal.lines.append(Line("scanners on the real server log (serve_check.log_findings, bench.scan)", RAN,
                                 f"{len(text.splitlines())} lines: shape mismatches {len(findings['mismatch_lines'])}, "
-                                f"fused metadata-copy compile failures {findings['compile_failures']}, "
+                                f"fused metadata-copy compile failures {findings['compile_failures']} (none can occur "
+                                "on CPU: the kernel is never compiled here), "
                                 f"inert fusion {bench_findings['inert_fusion'] or 'none'}, untuned MoE shapes "
                                 f"{len(bench_findings['untuned_moe_shapes'])} (no aiter MoE on CPU)", None, problems))
 

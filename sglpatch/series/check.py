@@ -26,7 +26,8 @@ from sglpatch.series.patches import (
     series_entries,
     series_version,
 )
-from sglpatch.witnesses import registry
+from sglpatch.series.source_reading import source_reading_problems
+from sglpatch.witnesses import agreement, registry
 
 
 def check_series(patches_dir: Path, pins: Pins) -> list[Problem]:
@@ -130,6 +131,7 @@ def _test_problems(patches_dir: Path, main: Path, parsed: list[PatchFile]) -> li
     with."""
     tests = regression_tests(patches_dir, main.stem)
     problems = []
+    in_layout = []
     for test in tests:
         name = test.path.rsplit("/", 1)[-1]
         if not (test.path.startswith(UPSTREAM_TEST_ROOT) and name.startswith("test_") and name.endswith(".py")):
@@ -137,17 +139,29 @@ def _test_problems(patches_dir: Path, main: Path, parsed: list[PatchFile]) -> li
                                                   "python/sglang/srt>/test_*.py, under "
                                                   f"{TESTS_DIR}/{main.stem}/"))
             continue
-        problems.extend(_runnable_problems(test.file))
+        in_layout.append(test)
     head = next((p for p in parsed if p.path == main), None)
+    names_tests = head is not None and (head.trailer("Witness") or "").split()[:1] == [registry.UPSTREAM_TEST]
+    problems.extend(tests_problems(patches_dir, main.stem, tuple(in_layout), own_witness=not names_tests))
     if head is None:
         return problems
-    names_tests = (head.trailer("Witness") or "").split()[:1] == [registry.UPSTREAM_TEST]
     if not tests and (names_tests or ((patches_dir / TESTS_DIR).is_dir() and not head.trailer("Fixed-Upstream-In"))):
         problems.append(Problem(main, head.trailer_lines.get("witness", 1),
                                 f"no regression test: add {TESTS_DIR}/{main.stem}/{UPSTREAM_TEST_ROOT}<path mirroring "
                                 "python/sglang/srt>/test_*.py (a patch upstream already fixed says so with "
                                 "Fixed-Upstream-In)", awaits_test=True))
     return problems
+
+
+def tests_problems(patches_dir: Path, stem: str, tests: tuple, own_witness: bool) -> list[Problem]:
+    """What a patch's tests must be before any of them runs: what sglang's collector accepts, no
+    reading of sglang's source text, and a ``cases.toml`` that names exactly the tests there are
+    (``agreement.case_map_problems``). ``apply`` refuses the tests it would run with any of these."""
+    problems = []
+    for test in tests:
+        problems.extend(_runnable_problems(test.file))
+        problems.extend(source_reading_problems(test.file))
+    return problems + agreement.case_map_problems(patches_dir, stem, tests, own_witness)
 
 
 def _runnable_problems(path: Path) -> list[Problem]:

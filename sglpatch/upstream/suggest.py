@@ -1,6 +1,10 @@
 """Upstream-Status suggestions: when a newer pin already has a patch (it reverse-applies) or its
 fix (its witness passes on the pristine tree), the patch's status should say so.
 
+"Fixed upstream differently" is said only where the witness found the bug on an older release of
+the same run and passes on a newer one that is not the release the fix was written for (there, a
+witness that passes is refused, not read as a fix upstream: ``witnesses.agreement``).
+
 ``apply`` reports them; ``sglpatch status --write`` writes them into every rendition of the patch
 (``Upstream-Status`` and ``Fixed-Upstream-In`` with the evidence; ``sglpatch.upstream.suggest_write``).
 """
@@ -18,6 +22,7 @@ from sglpatch.apply.one_pin import PinResult
 from sglpatch.apply.outcomes import Outcome
 from sglpatch.plumbing.errors import SglpatchError
 from sglpatch.series.patches import Series, message_trailers, set_trailers
+from sglpatch.witnesses.upstream_test import release_written_for
 
 UNSETTLED = ("Pending", "Submitted")
 
@@ -36,7 +41,9 @@ class Suggestion:
         return f"{self.fixed_in} ({self.fixed_evidence})" if self.fixed_in else ""
 
 
-def status_suggestions(series: Series, results: list[PinResult]) -> list[Suggestion]:
+def status_suggestions(series: Series, results: list[PinResult], pins: tuple = ()) -> list[Suggestion]:
+    """The suggestions the run's ``results`` support; ``pins``: every pin (where the fix was
+    written for is the newest its rendition covers)."""
     suggestions = []
     for patch in series.patches:
         current = patch.main.trailer("Upstream-Status") or ""
@@ -46,7 +53,9 @@ def status_suggestions(series: Series, results: list[PinResult]) -> list[Suggest
             ((Version(result.version), result.version, outcome) for result in results for outcome in result.patches if outcome.name == patch.name),
             key=lambda item: item[0],
         )
-        evidence = [(version, outcome) for _, version, outcome in outcomes if outcome.status in (Outcome.ALREADY_UPSTREAM, Outcome.NOT_NEEDED)]
+        evidence = [(version, outcome) for _, version, outcome in outcomes
+                    if outcome.reverse_applies or (outcome.status == Outcome.NOT_NEEDED
+                                                   and _fixed_after_needed(patch, version, outcomes, pins))]
         if not evidence:
             continue
         first, first_outcome = evidence[0]
@@ -69,6 +78,15 @@ def status_suggestions(series: Series, results: list[PinResult]) -> list[Suggest
             parts.append(f"fails on {needed_before[-1]}" if witness else f"needed on {needed_before[-1]}")
         suggestions.append(Suggestion(patch.name, current, suggested, why, first, ", ".join(parts)))
     return suggestions
+
+
+def _fixed_after_needed(patch, version: str, outcomes: list, pins: tuple) -> bool:
+    """Whether a witness passing on ``version`` can say upstream fixed the bug: the witness found it
+    on an older release of the run, and ``version`` is not the release the fix was written for."""
+    rendition = patch.for_version(version)
+    if rendition is not None and pins and release_written_for(rendition, pins) == version:
+        return False
+    return any(outcome.needed and parsed < Version(version) for parsed, _, outcome in outcomes)
 
 
 def read_suggestions(report_path: Path, series: Series) -> list[Suggestion]:

@@ -1,13 +1,21 @@
 """Witnesses' answers, cached: ``run_cached`` and ``run_cached_many`` run a witness only when no
 answer is kept for the tree under what the answer depends on (``fingerprint``), and keep what
 it answered; the package's overview (``sglpatch.witnesses``) says what is reused when.
+
+A kept answer records the tree it ran on (its git tree hash) and when; it is given back only for
+that tree, and marked as a replay (``WitnessResult.replayed``: when and where it was kept) unless
+this process answered it itself. ``rerun()`` runs every witness again, whatever is kept.
+Witnesses run on the tree as ``materialize`` made it: a witness (or a patch's regression test)
+that changes it makes every answer of that run ``unavailable`` (``probes/tree_state.py``).
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import inspect
+import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict
 from pathlib import Path
@@ -17,9 +25,10 @@ from sglpatch.plumbing import cache
 from sglpatch.plumbing.errors import Unavailable
 from sglpatch.sources.pins import Pin
 from sglpatch.witnesses import probing
+from sglpatch.witnesses.probes.tree_state import changed_files, file_states
 from sglpatch.witnesses.results import UNAVAILABLE, Witness, WitnessResult, is_probe_witness
 
-CACHE_LAYOUT = "3"  # bump when the entry's format or key changes
+CACHE_LAYOUT = "4"  # bump when the entry's format or key changes (4: the tree it ran on, when it was kept)
 
 
 # -- what an answer depends on --------------------------------------------------------------
@@ -78,21 +87,73 @@ def _key(witness: Witness, tree_hash: str, print_: str) -> str:
     return f"{witness.name}/{tree_hash}-{key[:16]}"
 
 
-def _load(key: str, witness: Witness, pin: Pin) -> WitnessResult | None:
+# Keys this process answered itself: read back, they are no replay. With ``rerun()`` active, only
+# these are taken from the store.
+_ANSWERED_HERE: set[str] = set()
+_RERUN: list[bool] = []
+_REPLAYS_SEEN: list[list[str]] = []
+
+
+@contextlib.contextmanager
+def rerun():
+    """Within it, every witness runs again: nothing kept by an earlier process is given back (what
+    this process answered meanwhile is); what runs is still kept."""
+    _RERUN.append(True)
+    try:
+        yield
+    finally:
+        _RERUN.pop()
+
+
+def rerunning() -> bool:
+    """Whether ``rerun()`` is active: other kept answers (the matrix's) follow it too."""
+    return bool(_RERUN)
+
+
+@contextlib.contextmanager
+def replays_seen():
+    """A list that collects, within it, where each replayed answer came from."""
+    seen: list[str] = []
+    _REPLAYS_SEEN.append(seen)
+    try:
+        yield seen
+    finally:
+        _REPLAYS_SEEN.remove(seen)
+
+
+def note_replay(where: str) -> None:
+    """Say to every ``replays_seen`` that an answer was given back from ``where`` (another kept
+    answer than a witness's, such as the matrix's probe runs)."""
+    for seen in _REPLAYS_SEEN:
+        seen.append(where)
+
+
+def _load(key: str, witness: Witness, pin: Pin, tree_hash: str) -> WitnessResult | None:
+    here = key in _ANSWERED_HERE
+    if _RERUN and not here:
+        return None
     stored = ANSWERS.get(key)
     try:
         result = WitnessResult(**stored["result"])
+        ran_on = stored["tree"]
     except (TypeError, KeyError):
         return None  # never kept, or damaged: run again and overwrite
-    if result.state == UNAVAILABLE or _weaker_than_available(witness, result.level, pin):
+    if ran_on != tree_hash or result.state == UNAVAILABLE or _weaker_than_available(witness, result.level, pin):
         return None
-    return result
+    if here:
+        return result
+    where = f"kept {stored.get('stored', '?')} for tree {ran_on[:12]} (answer cache {ANSWERS.kind}/{key})"
+    note_replay(f"{witness.name}: {where}")
+    return dataclasses.replace(result, replayed=where)
 
 
-def _store(key: str, result: WitnessResult, print_: str) -> None:
+def _store(key: str, result: WitnessResult, print_: str, tree_hash: str) -> None:
     if result.state == UNAVAILABLE:
         return  # the next run may be able to check
-    ANSWERS.put(key, {"result": asdict(result), "level": result.level, "fingerprint": print_})
+    kept = dataclasses.replace(result, replayed="")
+    ANSWERS.put(key, {"result": asdict(kept), "level": result.level, "fingerprint": print_, "tree": tree_hash,
+                      "stored": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())})
+    _ANSWERED_HERE.add(key)
 
 
 # -- running ------------------------------------------------------------------------------------
@@ -116,16 +177,17 @@ def run_cached_many(
     for witness in {witness.name: witness for witness in witnesses}.values():  # each asked once
         print_ = fingerprint(witness, pin)
         asked.append((witness, _key(witness, tree_hash, print_), print_))
-    pending = _take_cached(asked, pin, results)
+    pending = _take_cached(asked, pin, results, tree_hash)
     if pending:
         # One run per answer: a second process asking for the same entries waits for the first
         # (locks taken in one order, so two never wait on each other) and reads what it wrote.
         with contextlib.ExitStack() as held:
             for _, key, _ in sorted(pending, key=lambda item: item[1]):
                 held.enter_context(ANSWERS.lock(key))
-            still = _take_cached(pending, pin, results)  # what another process answered meanwhile
+            still = _take_cached(pending, pin, results, tree_hash)  # what another process answered meanwhile
             if still:
                 tree = materialize()
+                before = file_states(tree)
                 probe_witnesses = [w for w, _, _ in still if is_probe_witness(w)]
                 others = [w for w, _, _ in still if not is_probe_witness(w)]
                 # The others (compilers) run beside the probe child: each is a process of its own.
@@ -133,21 +195,37 @@ def run_cached_many(
                     running = {w.name: pool.submit(_run_one, w, tree, pin) for w in others}
                     fresh = probing.run_probe_witnesses(probe_witnesses, tree, pin) if probe_witnesses else {}
                     fresh.update({name: future.result() for name, future in running.items()})
+                changed = changed_files(tree, before)
                 for witness, key, print_ in still:
                     result = fresh[witness.name]
+                    if changed:
+                        result = _tree_changed(result, changed)
                     # What the answer read is known once it ran (the CPU environment it was
                     # built for, the installed versions): kept under that key.
                     after = fingerprint(witness, pin)
-                    _store(_key(witness, tree_hash, after), result, after)
+                    _store(_key(witness, tree_hash, after), result, after, tree_hash)
                     results[witness.name] = result
     return {witness.name: results[witness.name] for witness in witnesses}
 
 
-def _take_cached(asked: list[tuple[Witness, str, str]], pin: Pin, results: dict[str, WitnessResult]) -> list:
+def _tree_changed(result: WitnessResult, changed: list[str]) -> WitnessResult:
+    """No answer of a run in which the tree changed counts: it judged another tree than the one
+    asked about. (A regression test that writes to the tree says so in its own answer too.) An
+    answer that could not tell already stays as it is."""
+    if result.state == UNAVAILABLE:
+        return result
+    shown = ", ".join(changed[:5]) + (f" and {len(changed) - 5} more" if len(changed) > 5 else "")
+    return WitnessResult(result.witness, UNAVAILABLE, result.level,
+                         f"the tree changed while its witnesses ran on it ({shown}): no answer of that run counts; "
+                         f"this one said {result.state}: {result.detail}"[:1500])
+
+
+def _take_cached(asked: list[tuple[Witness, str, str]], pin: Pin, results: dict[str, WitnessResult],
+                 tree_hash: str) -> list:
     """Put the cached answers among ``asked`` into ``results``; the rest, still to run."""
     missing = []
     for witness, key, print_ in asked:
-        cached = _load(key, witness, pin)
+        cached = _load(key, witness, pin, tree_hash)
         if cached is not None:
             results[witness.name] = cached
         else:

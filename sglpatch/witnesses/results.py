@@ -34,8 +34,17 @@ class WitnessResult:
     replayed: str = ""
 
     def summary(self) -> str:
+        """The verdict and its level: what the lock records (never the replay mark)."""
         level = f" [{self.level}]" if self.level else ""
         return f"{self.state}{level}"
+
+    def shown(self) -> str:
+        """The verdict as every printer shows it: the summary, marked where it was replayed."""
+        return self.summary() + (f" {REPLAY_MARK}" if self.replayed else "")
+
+
+# What every printer of a verdict adds to one that was replayed, not run.
+REPLAY_MARK = "(replayed)"
 
 
 class Witness(Protocol):

@@ -27,9 +27,12 @@ probe and the probes' machinery, the launch profile's environment and the pin's 
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import re
 from pathlib import Path
+
+from packaging.version import InvalidVersion, Version
 
 from sglpatch.serving.profile import load_profile
 from sglpatch.sources.pins import Pin
@@ -48,7 +51,7 @@ CODE = (Path(__file__), Path(__file__).parent / "probes" / f"{PROBE_MODULE}.py")
 class UpstreamTestWitness:
     """The ``upstream-test`` witness bound to one patch's tests (``tests``: ``RegressionTest``s)."""
 
-    version = "1"
+    version = "2"  # 2: skips, expected failures and unexpected successes are no verdict; per-test cases
 
     def __init__(self, stem: str = "", tests: tuple = ()):
         self.stem = stem
@@ -76,39 +79,119 @@ class UpstreamTestWitness:
         if answer is None:
             return WitnessResult(self.name, UNAVAILABLE, detail=(failure or "no answer")[:1000])
         result = judge(answer, self.name)
-        return WitnessResult(result.witness, result.state, result.level,
-                             f"{result.detail} [{probing.doubles_used(answer)}]"[:2000])
+        hermetic = f"; hermetic: {answer['hermetic']}" if answer.get("hermetic") else ""
+        return dataclasses.replace(result, detail=f"{result.detail} [{probing.doubles_used(answer)}{hermetic}]"[:2500])
 
     def run(self, tree: Path, pin: Pin) -> WitnessResult:
         return probing.run_probe_witnesses([self], tree, pin)[self.name]
 
 
+def release_written_for(rendition, pins) -> str | None:
+    """The release a rendition's fix was written for, where its tests must find the bug: the pin
+    its file is named after (``renditions/<patch>/<pin>.patch``), else the newest pin its
+    ``Applies-To`` covers (``patch refresh`` writes ``==<pin>``, the pin it was made on), below
+    its ``Fixed-Upstream-In`` where it has one (a fix upstream took was written before it); None
+    where no pin is such."""
+    versions = {pin.version: pin.parsed_version for pin in pins}
+    if rendition.path.stem in versions and rendition.covers(rendition.path.stem):
+        return rendition.path.stem
+    fixed = (rendition.trailer("Fixed-Upstream-In") or "").split(" ", 1)[0]
+    try:
+        upstream = Version(fixed) if fixed else None
+    except InvalidVersion:
+        upstream = None
+    covered = [version for version, parsed in versions.items()
+               if rendition.covers(version) and (upstream is None or parsed < upstream)]
+    return max(covered, key=versions.get) if covered else None
+
+
 def judge(answer: dict, name: str = NAME) -> WitnessResult:
-    """The witness's answer from the probe's (file -> what its tests did)."""
+    """The witness's answer from the probe's (file -> what its tests did). Only a test that ran and
+    failed its assertion finds the bug; only one that ran and passed is clean. A skip, an expected
+    failure or an unexpected success is no verdict: named in the answer, never clean; a file whose
+    every test skipped, an unexpected success, an error or a test that changed the tree make the
+    whole answer unavailable. ``cases``: each test (``Class.test_method``) and its own verdict."""
     gpu = str(answer.get("emulated_gpu", "")).split(":")[0]
     files = answer.get("files") or {}
     ran = sum(int(f.get("tests_run") or 0) for f in files.values())
     level = f"unittest {gpu}".strip()
-    cannot = []
+    cases = test_cases(files)
+    cannot, noted = [], []
     for path, found in files.items():
         if found.get("unavailable") or found.get("refused"):
             cannot.append(f"{path}: {found.get('unavailable') or found.get('refused')}")
-        elif not found.get("tests_run"):
+            continue
+        if found.get("tree_changed"):
+            cannot.append(f"{path}: the tests changed the tree they judge ({', '.join(found['tree_changed'][:5])}); "
+                          "a test must leave it as it found it")
+        skipped = found.get("skipped") or []
+        if not found.get("tests_run"):
             cannot.append(f"{path}: no test ran")
+        elif len(skipped) >= int(found.get("tests_run") or 0):
+            cannot.append(f"{path}: every test skipped ({_skips(skipped)})")
+        elif skipped:
+            noted.append(f"skipped: {_skips(skipped)}")
         for error in found.get("errors") or []:
             cannot.append(f"{error['test']}: {_last_line(error['detail'])}")
+        for test in found.get("unexpected_successes") or []:
+            cannot.append(f"{_short_id(test)}: an unexpected success (marked @expectedFailure, it passed): "
+                          "an expected failure judges nothing")
+        for failed in found.get("expected_failures") or []:
+            noted.append(f"expected failure (judges nothing): {_short_id(failed['test'])}")
     if not files or ran == 0:
         cannot.append("no test ran")
     if cannot:
-        return WitnessResult(name, UNAVAILABLE, level, "cannot tell: " + "; ".join(cannot)[:1500])
+        return WitnessResult(name, UNAVAILABLE, level, "cannot tell: " + "; ".join(cannot + noted)[:1500], cases=cases)
     failed = [f"{_short_id(f['test'])}: {_last_line(f['detail'])}"
               for found in files.values() for f in found.get("failures") or []]
     counts = ", ".join(f"{Path(path).name} {found.get('tests_run')} run" for path, found in files.items())
+    also = f"; not verdicts: {'; '.join(noted)}" if noted else ""
     if failed:
-        return WitnessResult(name, BUG, level, f"{len(failed)} failed assertion(s) in {ran} tests ({counts}): "
-                             + "; ".join(failed)[:1500])
-    skipped = sum(len(found.get("skipped") or []) for found in files.values())
-    return WitnessResult(name, CLEAN, level, f"{ran} passed ({counts})" + (f", {skipped} skipped" if skipped else ""))
+        return WitnessResult(name, BUG, level, (f"{len(failed)} failed assertion(s) in {ran} tests ({counts}): "
+                                                + "; ".join(failed) + also)[:2000], cases=cases)
+    if noted:
+        # Nothing failed, and not every test ran and passed: no test says the bug is gone.
+        return WitnessResult(name, UNAVAILABLE, level, f"cannot tell: {ran} ran ({counts}), but {'; '.join(noted)}"[:1500],
+                             cases=cases)
+    return WitnessResult(name, CLEAN, level, f"{ran} passed ({counts})", cases=cases)
+
+
+def test_cases(files: dict) -> dict[str, str]:
+    """Each test that started (``Class.test_method``) and its own verdict: ``bug`` when its
+    assertion failed (a subtest's included), ``clean`` when it ran and passed, ``unavailable``
+    when it skipped, errored, or was an expected failure or an unexpected success; the worst of
+    its subtests. A file that could not run gives none."""
+    cases: dict[str, str] = {}
+    rank = {CLEAN: 0, BUG: 1, UNAVAILABLE: 2}
+
+    def note(test_id: str, state: str) -> None:
+        key = _case_id(test_id)
+        if key and rank[state] >= rank[cases.get(key, CLEAN)]:
+            cases[key] = state
+
+    for found in files.values():
+        for test in found.get("tests") or []:
+            note(test, CLEAN)
+        for failed in found.get("failures") or []:
+            note(failed["test"], BUG)
+        for kind in ("errors", "skipped", "expected_failures"):
+            for item in found.get(kind) or []:
+                note(item["test"], UNAVAILABLE)
+        for test in found.get("unexpected_successes") or []:
+            note(test, UNAVAILABLE)
+    return cases
+
+
+def _case_id(test_id: str) -> str:
+    """``module.Class.test_x (sub)`` -> ``Class.test_x``; "" for what is no test method
+    (``setUpClass (module.Class)``)."""
+    head = test_id.split(" ", 1)[0]
+    parts = head.split(".")
+    return ".".join(parts[-2:]) if len(parts) >= 3 else ""
+
+
+def _skips(skipped: list[dict]) -> str:
+    return "; ".join(f"{_short_id(s['test'])}: {s.get('reason') or 'no reason'}" for s in skipped[:5])
 
 
 def _last_line(text: str) -> str:

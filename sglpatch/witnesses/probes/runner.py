@@ -42,10 +42,11 @@ class ProbeTimeout(BaseException):
 class Context:
     """What a probe gets besides its spec: the box, and a way to say which phase it is in."""
 
-    def __init__(self, out_dir: str, box: dict, workdir: str):
+    def __init__(self, out_dir: str, box: dict, workdir: str, tree: str | None = None):
         self.out_dir = out_dir
         self.box = box
         self.workdir = workdir
+        self.tree = tree  # the tree's python/ folder, as the spec names it
         self.probe = ""
         self.phase_name = ""
 
@@ -66,7 +67,7 @@ def main(spec_path: str, out_dir: str, box: dict | None = None) -> int:
     """Run the spec's probes; ``box`` when the box was prepared already (``zygote.py``)."""
     with open(spec_path) as handle:
         spec = json.load(handle)
-    context = Context(out_dir, {}, spec["workdir"])
+    context = Context(out_dir, {}, spec["workdir"], spec.get("tree"))
     timings: dict[str, float] = {}
     report: dict = {"ok": False, "seconds": timings}
     try:
