@@ -12,6 +12,7 @@ shared-experts fusion and runs the draft class's ``__init__``.
 """
 
 import json
+import shutil
 import socket
 import tempfile
 import unittest
@@ -126,6 +127,8 @@ def glm5_config(exclude):
 
 
 class TestGlmNextnQuarkExclude(CustomTestCase):
+    longMessage = False  # the messages below say what was built
+
     @classmethod
     def setUpClass(cls):
         with socket.socket() as sock:
@@ -164,7 +167,7 @@ class TestGlmNextnQuarkExclude(CustomTestCase):
     def build_draft(self, exclude, *, disable_shared_experts_fusion=False):
         """The draft model, built as the loader builds it for this checkpoint."""
         folder = tempfile.mkdtemp()
-        self.addCleanup(__import__("shutil").rmtree, folder, True)
+        self.addCleanup(shutil.rmtree, folder, True)
         with open(f"{folder}/config.json", "w") as f:
             json.dump(glm5_config(exclude), f)
         model_config = ModelConfig.from_server_args(
@@ -181,33 +184,42 @@ class TestGlmNextnQuarkExclude(CustomTestCase):
         ):
             return _initialize_model(model_config, load_config, quant_config)
 
-    def assertUnquantized(self, layer):
-        self.assertIsInstance(layer.quant_method, UnquantizedLinearMethod)
+    def assertUnquantized(self, layer, name):
+        method = type(layer.quant_method).__name__
+        self.assertIsInstance(
+            layer.quant_method, UnquantizedLinearMethod, f"{name} built with {method}"
+        )
 
     def test_exact_names_turn_draft_shared_experts_fusion_off(self):
         draft = self.build_draft(EXACT_NAMES)
-        self.assertEqual(draft.model.decoder.mlp.num_fused_shared_experts, 0)
+        self.assertEqual(
+            draft.model.decoder.mlp.num_fused_shared_experts,
+            0,
+            "the draft fused its excluded shared expert into the routed experts",
+        )
 
     def test_exact_names_keep_shared_experts_unquantized(self):
         draft = self.build_draft(EXACT_NAMES, disable_shared_experts_fusion=True)
         shared_experts = draft.model.decoder.mlp.shared_experts
-        self.assertUnquantized(shared_experts.gate_up_proj)
-        self.assertUnquantized(shared_experts.down_proj)
+        self.assertUnquantized(shared_experts.gate_up_proj, "gate_up_proj")
+        self.assertUnquantized(shared_experts.down_proj, "down_proj")
 
     def test_regex_keeps_shared_experts_unquantized(self):
         draft = self.build_draft(REGEX, disable_shared_experts_fusion=True)
         shared_experts = draft.model.decoder.mlp.shared_experts
-        self.assertUnquantized(shared_experts.gate_up_proj)
-        self.assertUnquantized(shared_experts.down_proj)
+        self.assertUnquantized(shared_experts.gate_up_proj, "gate_up_proj")
+        self.assertUnquantized(shared_experts.down_proj, "down_proj")
 
     def test_regex_keeps_eh_proj_unquantized(self):
         draft = self.build_draft(REGEX)
-        self.assertUnquantized(draft.model.eh_proj)
+        self.assertUnquantized(draft.model.eh_proj, "eh_proj")
 
     def test_modules_not_excluded_stay_quantized(self):
         draft = self.build_draft(REGEX)
         o_proj = draft.model.decoder.self_attn.o_proj
-        self.assertNotIsInstance(o_proj.quant_method, UnquantizedLinearMethod)
+        self.assertNotIsInstance(
+            o_proj.quant_method, UnquantizedLinearMethod, "o_proj built unquantized"
+        )
 
 
 if __name__ == "__main__":
