@@ -149,7 +149,7 @@ def test_your_own_fix_then_send_a_fix_upstream_as_the_readme_writes_them(project
     branch = f"sglpatch-upstream/{stem}"
     assert git(home / "sglang", "rev-parse", f"{branch}^").strip() == later, said
     added = git(home / "sglang", "diff", "--name-status", later, branch).split("\n")
-    assert "A\ttest/registered/unit/layers/quantization/test_quark_nextn_exclude.py" in added
+    assert "A\ttest/registered/unit/models/test_glm4_moe_nextn_quark_exclude.py" in added
     assert "pre-commit hooks: clean" in said
     body = (root / "build" / "upstream" / stem / "PR.md").read_text()
     for section in ("## Motivation", "## Modifications", "## Accuracy Tests", "## Checklist"):

@@ -64,7 +64,7 @@ def test_0002_rebases_onto_a_clones_later_commit_as_a_quark_pr_with_its_test_and
     text = git(repo, "show", f"{result.commit}:{GLM}")
     assert "import copy  # later upstream work" in text and "_map_mtp_ckpt_pattern" in text
     assert result.title.startswith("[Quark] ")
-    test = f"{UNIT}/layers/quantization/test_quark_nextn_exclude.py"
+    test = f"{UNIT}/models/test_glm4_moe_nextn_quark_exclude.py"
     assert git(repo, "diff", "--name-only", later, result.commit).split() == [GLM, test]
     _shows_its_own_test(result, test)
 

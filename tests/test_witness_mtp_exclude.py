@@ -1,6 +1,7 @@
-"""The mtp-quark-exclude witness on the real releases: the MTP draft builds the bf16-excluded
-shared expert as MXFP4 on every pristine pin, and unquantized (loading the bf16 tensors exactly)
-once patch 0002 is applied; and its decision rule on hand-made probe answers."""
+"""The mtp-quark-exclude witness on the real releases: each pristine pin gets some case of the
+MTP draft's bf16-excluded modules wrong (an MXFP4 slot, or the shared expert fused into the
+MXFP4 routed experts), and every case is right once patch 0002 is applied; and its decision rule,
+case by case, on hand-made probe answers."""
 
 from __future__ import annotations
 
@@ -33,20 +34,21 @@ def _skip_if_env_unavailable(result) -> None:
 @pytest.mark.network
 @pytest.mark.parametrize("patched", [False, True], ids=["pristine", "patched"])
 @pytest.mark.parametrize("version", one_pin_per_rendition(PATCH))
-def test_mtp_draft_builds_excluded_shared_expert_mxfp4_until_patched(version, patched, tmp_path):
+def test_every_case_is_clean_on_the_patched_pin_and_some_case_a_bug_on_the_pristine_one(version, patched, tmp_path):
     # The shipped series' trees, asked as apply asks (one run serves both, by tree and fingerprint).
     result = witnessed(mtp_exclude.MtpQuarkExcludeWitness(), version, patched, tmp_path / "tree")
-    print(f"{version} {'patched' if patched else 'pristine'}: {result}")
+    print(f"{version} {'patched' if patched else 'pristine'}: {result} {result.cases}")
     _skip_if_env_unavailable(result)
     assert result.level.startswith("build+load gfx950"), result
+    assert set(result.cases) == set(mtp_exclude.CASES), result.cases
     if patched:
         assert result.state == CLEAN, result
-        assert "shared_experts.gate_up_proj" in result.detail and "shared_experts.down_proj" in result.detail
+        assert set(result.cases.values()) == {CLEAN}, result.cases
     else:
         assert result.state == BUG, result
-        # Upstream's own remapping (0.5.16 on) covers exact names only: re: patterns fail on
-        # every pin.
-        assert "regex" in result.detail, result
+        # No release carries re: patterns over to the draft: that case fails on every pin.
+        assert result.cases["regex/shared-expert-unquantized"] == BUG, result.cases
+        assert result.cases[mtp_exclude.CONTROL_CASE] == CLEAN, result.cases
 
 
 def _glm_checkpoint(folder: Path) -> Path:
@@ -114,63 +116,81 @@ def _fused() -> dict:
             "quant_method": MOE, "unquantized": False, "load": "fused", "load_detail": "built into the experts"}
 
 
-def _answer(excluded: dict, fusion: str = "off", control: str = MXFP4) -> dict:
-    """Every spelling answers ``excluded`` for its three modules; ``none`` is all MXFP4."""
+def _answer(excluded: dict, fusion: str = "off", control: str = MXFP4, unfused: dict | None = None) -> dict:
+    """Every spelling answers ``excluded`` for its three modules as launched (draft fusion
+    ``fusion``) and ``unfused`` (default: ``excluded``) when built with the fusion off; ``none``
+    is all MXFP4."""
     def case(modules: dict, fused: str) -> dict:
         return {"draft_fusion": fused, "missing": [],
                 "modules": {**modules, "self_attn.o_proj": _module(control, "absent")}}
     quantized = {name: _module(MXFP4, "shape-mismatch") for name in mtp_exclude.EXCLUDED_MODULES}
-    cases = {spelling: case(dict(excluded), fusion) for spelling in mtp_exclude.EXCLUDED_SPELLINGS}
-    return {"emulated_gpu": "gfx950:sramecc+:xnack-", "cases": {**cases, "none": case(quantized, "off")}}
+    cases = {spelling: {**case(dict(excluded), fusion), "fusion_disabled": case(dict(unfused or excluded), "off")}
+             for spelling in mtp_exclude.EXCLUDED_SPELLINGS}
+    none = {**case(quantized, "off"), "fusion_disabled": case(quantized, "off")}
+    return {"emulated_gpu": "gfx950:sramecc+:xnack-", "cases": {**cases, "none": none}}
 
 
 OK = {name: _module(UNQ, "ok") for name in mtp_exclude.EXCLUDED_MODULES}
+FUSED = {**OK, "shared_experts.gate_up_proj": _fused(), "shared_experts.down_proj": _fused()}
 
 
-def test_judge_says_clean_only_when_every_excluded_module_is_unquantized_and_loads_exactly():
+def test_judge_says_clean_only_when_every_case_is():
     result = mtp_exclude.judge(_answer(OK))
     assert (result.state, result.level) == (CLEAN, "build+load gfx950"), result
+    assert result.cases == dict.fromkeys(mtp_exclude.CASES, CLEAN)
 
 
 @pytest.mark.parametrize(
-    "module, got",
+    "module, got, case",
     [
-        ("shared_experts.gate_up_proj", _module(MXFP4, "shape-mismatch")),
-        ("shared_experts.down_proj", _module(MXFP4, "silent-wrong")),
-        ("eh_proj", _module(MXFP4, "shape-mismatch")),
-        ("shared_experts.down_proj", _module(UNQ, "wrong-values")),
-        ("shared_experts.down_proj", _module(UNQ, "not-loaded")),
+        ("shared_experts.gate_up_proj", _module(MXFP4, "shape-mismatch"), "shared-expert-unquantized"),
+        ("shared_experts.down_proj", _module(MXFP4, "silent-wrong"), "shared-expert-unquantized"),
+        ("shared_experts.down_proj", _module(UNQ, "wrong-values"), "shared-expert-unquantized"),
+        ("shared_experts.down_proj", _module(UNQ, "not-loaded"), "shared-expert-unquantized"),
+        ("eh_proj", _module(MXFP4, "shape-mismatch"), "eh-proj-unquantized"),
     ],
-    ids=["gate-up-mxfp4", "down-silently-wrong", "eh-proj-mxfp4", "unquantized-but-wrong-values", "dropped-by-loader"],
+    ids=["gate-up-mxfp4", "down-silently-wrong", "unquantized-but-wrong-values", "dropped-by-loader", "eh-proj-mxfp4"],
 )
-def test_judge_says_bug_when_one_excluded_module_is_quantized_or_loads_wrong(module, got):
-    modules = dict(OK)
-    modules[module] = got
+def test_judge_says_bug_for_the_case_of_the_module_quantized_or_loaded_wrong(module, got, case):
+    modules = {**OK, module: got}
     result = mtp_exclude.judge(_answer(modules))
     assert result.state == BUG, result
-    assert module in result.detail and "fused, unfused, regex: " in result.detail, result
+    bugs = {name for name, verdict in result.cases.items() if verdict == BUG}
+    assert bugs == {f"{spelling}/{case}" for spelling in mtp_exclude.EXCLUDED_SPELLINGS}, result.cases
+    assert module in result.detail, result
 
 
-def test_judge_says_bug_when_the_draft_fuses_the_excluded_shared_expert_into_mxfp4_experts():
-    modules = {**OK, "shared_experts.gate_up_proj": _fused(), "shared_experts.down_proj": _fused()}
-    result = mtp_exclude.judge(_answer(modules, fusion="on"))
+def test_the_shared_expert_is_judged_as_built_with_the_fusion_off_and_the_fusion_apart():
+    # As launched the draft fuses the excluded shared expert; built with the fusion off it is
+    # unquantized and loads exactly: only the fusion is a bug (0.5.22-0.5.23 as released).
+    result = mtp_exclude.judge(_answer(FUSED, fusion="on", unfused=OK))
     assert result.state == BUG and "fused into the QuarkW4A4MXFp4MoE routed experts" in result.detail, result
+    bugs = {name for name, verdict in result.cases.items() if verdict == BUG}
+    assert bugs == {f"{spelling}/draft-fusion-off" for spelling in mtp_exclude.EXCLUDED_SPELLINGS}, result.cases
+
+
+def test_a_shared_expert_fused_even_with_the_fusion_turned_off_is_no_verdict():
+    answer = _answer(OK)
+    answer["cases"]["exact"]["fusion_disabled"]["draft_fusion"] = "on"
+    result = mtp_exclude.judge(answer)
+    assert result.state == UNAVAILABLE and "--disable-shared-experts-fusion" in result.detail, result
+    assert set(result.cases.values()) == {UNAVAILABLE}
 
 
 def test_judge_counts_a_module_missing_from_the_built_draft_as_a_failure_of_the_probe():
     # A module the check needs is not in the draft sglang built: never skipped, never clean.
     answer = _answer(OK)
-    del answer["cases"]["unfused"]["modules"]["eh_proj"]
+    del answer["cases"]["exact"]["modules"]["eh_proj"]
     result = mtp_exclude.judge(answer)
-    assert result.state == UNAVAILABLE and "unfused: eh_proj" in result.detail, result
+    assert result.state == UNAVAILABLE and "exact: eh_proj" in result.detail, result
     answer = _answer(OK)
-    answer["cases"]["regex"]["missing"] = ["mlp.shared_experts.gate_up_proj"]
+    answer["cases"]["regex"]["fusion_disabled"]["missing"] = ["mlp.shared_experts.gate_up_proj"]
     assert mtp_exclude.judge(answer).state == UNAVAILABLE
 
 
 def test_judge_says_unavailable_when_the_draft_fusion_could_not_be_read():
     answer = _answer(OK)
-    answer["cases"]["fused"]["draft_fusion"] = "unavailable: neither the draft nor its MoE layer has num_fused_shared_experts"
+    answer["cases"]["exact"]["draft_fusion"] = "unavailable: neither the draft nor its MoE layer has num_fused_shared_experts"
     result = mtp_exclude.judge(answer)
     assert result.state == UNAVAILABLE and "fusion cannot be read" in result.detail, result
 
@@ -184,6 +204,7 @@ def test_judge_says_unavailable_when_the_loader_failed_on_a_tensor_the_module_co
 def test_judge_cannot_tell_when_the_never_excluded_control_is_unquantized():
     result = mtp_exclude.judge(_answer(OK, control=UNQ))
     assert result.state == UNAVAILABLE and "cannot tell" in result.detail, result
+    assert result.cases[mtp_exclude.CONTROL_CASE] == UNAVAILABLE
 
 
 def test_judge_cannot_tell_when_a_case_failed_to_build():
@@ -191,12 +212,21 @@ def test_judge_cannot_tell_when_a_case_failed_to_build():
     answer["cases"]["regex"] = {"error": "ValueError: boom"}
     result = mtp_exclude.judge(answer)
     assert result.state == UNAVAILABLE and "regex: ValueError: boom" in result.detail, result
+    answer = _answer(OK)
+    answer["cases"]["exact"]["fusion_disabled"] = {"error": "ValueError: bang"}
+    assert "exact (fusion off): ValueError: bang" in mtp_exclude.judge(answer).detail
 
 
 def test_a_probe_that_gave_no_answer_is_unavailable_with_its_reason():
     witness = mtp_exclude.MtpQuarkExcludeWitness()
-    result = witness.judge_probe(None, "the CPU probe runner for tree hung in 'mtp: fused: build the draft'", None)
-    assert result.state == UNAVAILABLE and "hung in 'mtp: fused: build the draft'" in result.detail
+    result = witness.judge_probe(None, "the CPU probe runner for tree hung in 'mtp: exact: build the draft'", None)
+    assert result.state == UNAVAILABLE and "hung in 'mtp: exact: build the draft'" in result.detail
+
+
+def test_the_witness_answer_carries_the_cases_of_its_judgement():
+    witness = mtp_exclude.MtpQuarkExcludeWitness()
+    result = witness.judge_probe(_answer(FUSED, fusion="on", unfused=OK), None, None)
+    assert result.cases["exact/draft-fusion-off"] == BUG and result.cases["exact/shared-expert-unquantized"] == CLEAN
 
 
 @pytest.mark.parametrize("leaning", [{"standins_called_in_load": ["aiter.ops.shuffle.shuffle_weight"]},

@@ -207,7 +207,7 @@ def test_a_patch_fixed_upstream_needs_no_test_and_the_real_series_says_which():
     by_stem = {patch.stem[:4]: patch for patch in series.patches}
     # 0001 is upstream from 0.5.15: its Fixed-Upstream-In says so, and it has nothing to send.
     assert by_stem["0001"].tests == () and by_stem["0001"].main.trailer("Fixed-Upstream-In")
-    assert [t.path for t in by_stem["0002"].tests] == ["test/registered/unit/layers/quantization/test_quark_nextn_exclude.py"]
+    assert [t.path for t in by_stem["0002"].tests] == ["test/registered/unit/models/test_glm4_moe_nextn_quark_exclude.py"]
     assert sorted(t.path for t in by_stem["0003"].tests) == [
         "test/registered/unit/server_args/test_aiter_allreduce_fusion_inert_warning.py",
         "test/registered/unit/server_args/test_glm5_gfx950_kv_cache_dtype.py",

@@ -4,19 +4,24 @@ layer's exclude entries under the names sglang builds the draft layer with.
 Quark names the MTP layer after its index, ``model.layers.{num_hidden_layers}.*``; sglang builds
 it as ``model.decoder.*``, with the MTP-only pieces at ``model.eh_proj``, ``model.enorm``,
 ``model.hnorm`` and ``model.shared_head.*``. sglang matches the exclude list by exact name or
-``re:`` pattern, and a fused module (``gate_up_proj``) either by its fused name or through the
-packed-modules mapping by its halves (``gate_proj``, ``up_proj``), depending on the release (the
-0.5.10 loader has no ``gate_up_proj`` in that mapping; 0.5.14 on adds it). So a fused module is
-written in both forms: the halves of a fused entry, and the fused name once all its halves are
-excluded. This rewrites only ``config.json`` (never a weight file), keeps a backup of the
-original, and running it twice changes nothing the second time.
+``re:`` pattern, and a fused module (``gate_up_proj``) through the packed-modules mapping by its
+halves (``gate_proj``, ``up_proj``), from 0.5.21 also by its fused name; the loader puts the halves
+in that mapping for Quark from 0.5.11 (0.5.10 has none). So a fused module is written in both
+forms: the halves of a fused entry, and the fused name once all its halves are excluded. This
+rewrites only ``config.json`` (never a weight file), keeps a backup of the original, and running
+it twice changes nothing the second time. From 0.5.16 sglang carries exact names over itself, so
+there only ``re:`` entries need it (docs/research/mtp/NOTES.md).
 
-What config alone cannot fix (``Rewrite.limits``): on AMD gfx942/gfx950 the MTP draft of
-sglang 0.5.10 to 0.5.15 fuses its shared expert into the routed MoE experts whatever the exclude
-list says, so a bf16 shared expert ends up in an MXFP4 slot; there patch 0002 is needed.
-``sglpatch quark-mtp-exclude`` says so whenever the checkpoint keeps the MTP shared expert out of
-quantization. Both statements are checked on every pinned release by ``tests/test_quark_config.py``
-(each spelling, rewritten, through the pristine release's own code).
+What config alone cannot fix (``Rewrite.limits``): on AMD gfx942/gfx950 the MTP draft of sglang
+0.5.10 to 0.5.15 fuses its shared expert into the MXFP4 routed experts whatever the exclude list
+says, so it cannot stay bf16; there patch 0002 is needed. On 0.5.22 and 0.5.23 the draft would
+fuse it as well, and the added ``model.decoder.*`` names stop that only because Quark's fusion
+gate takes them for the target's own shared experts (``QuarkConfig._is_draft_layer`` knows
+``model.layers.{N}.*``, not the decoder names), which turns the target's fusion off too; patch
+0002 keeps the target's. ``sglpatch quark-mtp-exclude`` says so whenever the checkpoint keeps the
+MTP shared expert out of quantization. What the command gives on each release is checked on one
+pin per rendition of 0002 by ``tests/test_quark_config.py`` (each spelling, rewritten, through
+the pristine release's own code).
 """
 
 from __future__ import annotations
@@ -35,7 +40,9 @@ FUSED = {"gate_up_proj": ("gate_proj", "up_proj"), "fused_qkv_a_proj_with_mqa": 
 SHARED_EXPERT_FUSION = (
     "cannot fix by config alone: patch 0002 needed. On AMD gfx942/gfx950 the MTP draft of sglang "
     "0.5.10 to 0.5.15 fuses its shared expert into the MXFP4 routed experts whatever the exclude list "
-    "says, so it cannot stay bf16 (0.5.19 and 0.5.23 keep it bf16 with the names added here)"
+    "says, so it cannot stay bf16. On 0.5.22 and 0.5.23 the names added here keep it out of the fusion "
+    "only because sglang takes them for the target's shared experts, which turns the target's fusion "
+    "off too (0.5.16 to 0.5.21 keep it bf16 with these names and do not fuse it)"
 )
 
 

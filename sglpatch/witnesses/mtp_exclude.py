@@ -1,29 +1,40 @@
 """Witness ``mtp-quark-exclude``: the MTP draft must build the modules a Quark checkpoint keeps in
-bf16 unquantized, and load their full-width bf16 tensors.
+bf16 unquantized, load their full-width bf16 tensors, and not fuse an excluded shared expert into
+its quantized routed experts.
 
 A Quark MXFP4 checkpoint lists the modules it keeps in bf16 in ``quantization_config["exclude"]``
 under the checkpoint's names, ``model.layers.{num_hidden_layers}.*`` for the MTP layer. sglang
-builds that layer as ``model.decoder.*`` (and ``model.eh_proj`` ...), so without the fix the
-exclusion misses and the bf16 shared expert gets a half-width MXFP4 slot.
+builds that layer as ``model.decoder.*`` (and ``model.eh_proj`` ...), so an exclusion it does not
+carry over misses, and the bf16 module gets a half-width MXFP4 slot; and where the draft fuses its
+shared expert into the routed experts, an excluded (bf16) shared expert becomes one more MXFP4
+expert (docs/research/mtp/NOTES.md says which release does what).
 
 The check runs ``probes/mtp_probe.py`` in the pin's CPU Python (``sglpatch.witnesses.probe_runs``), in the one
 child process per tree that all CPU witnesses share: sglang's own server args (the launch
 profile, TP 1), model config, loader and draft class build the whole MTP draft for tiny
-checkpoints that keep the MTP shared expert and ``eh_proj`` bf16, spelled three ways (fused
-``gate_up_proj`` names, the unfused ``gate_proj``/``up_proj`` names Quark writes, ``re:``
-patterns), plus a control with nothing excluded; each module is found under whatever prefix
-sglang built it at, and the checkpoint's tensors go through the draft's own ``load_weights``.
-The answer is
+checkpoints that keep the MTP shared expert and ``eh_proj`` bf16, spelled two ways (``exact``:
+the names Quark writes, the checkpoint's ``gate_proj``/``up_proj``/``down_proj``; ``regex``:
+``re:`` patterns), plus a control with nothing excluded; each case is built as launched and once
+more with ``--disable-shared-experts-fusion``, each module is found under whatever prefix sglang
+built it at, and the checkpoint's tensors go through the draft's own ``load_weights``.
 
-- ``bug`` when, for any spelling, an excluded module gets MXFP4 (or is fused into the MXFP4
-  routed experts by the draft's own shared-expert fusion on the emulated gfx950), or its bf16
-  tensor does not load exactly (refused, narrowed, not loaded, or other values);
-- ``clean`` when every excluded module is unquantized and loads exactly for every spelling;
-- ``unavailable`` when the CPU environment cannot be had, the probe failed or hung (the phase
-  it was in is named), a module the check needs is not in the built draft, a control that
-  must stay quantized did not, or a judged module's values came through a stand-in (called
-  while its tensors loaded, or built into the module, its quant method or its weight): the
-  probe cannot tell.
+The answer has a verdict per case (``WitnessResult.cases``), one per spelling and aspect:
+
+- ``<spelling>/shared-expert-unquantized``: built with the fusion turned off, the draft's shared
+  expert (``gate_up_proj``, ``down_proj``) is unquantized and its bf16 tensors load exactly;
+- ``<spelling>/eh-proj-unquantized``: ``eh_proj`` is unquantized and loads exactly (as launched);
+- ``<spelling>/draft-fusion-off``: as launched, on the emulated gfx950, the draft does not fuse its
+  (excluded) shared expert into the routed experts;
+- ``control/not-excluded-quantized``: ``self_attn.o_proj`` (never excluded) is quantized in every
+  build, and so is the control checkpoint's shared expert.
+
+Each is ``bug`` or ``clean``; the whole answer is ``bug`` when any case is, else ``clean``; every
+case is ``unavailable`` (and so the answer) when the CPU environment cannot be had, the probe
+failed or hung (the phase it was in is named), a module the check needs is not in a built draft,
+a control fails (the probe cannot tell a fix from a draft that quantizes nothing), or a judged
+module's values came through a stand-in (called while its tensors loaded, or built into the
+module, its quant method or its weight). ``patches/tests/<patch>/cases.toml`` names the
+regression tests that judge the same behaviour as each case.
 
 Doubles (named in each answer): the GPU (HIP torch and triton reporting an 8x MI355X node), the
 GPU-only packages (``probes/rocm_box.py``: named stand-ins for sgl_kernel, aiter, cuda-python;
@@ -49,8 +60,12 @@ PROBE = "mtp"
 PROBE_MODULE = "mtp_probe"
 PROBE_LIMIT_S = 240
 PROFILE = "glm-5.2-mxfp4-mi355x"
-EXCLUDED_SPELLINGS = ("fused", "unfused", "regex")
+EXCLUDED_SPELLINGS = ("exact", "regex")
 CONTROL_SPELLING = "none"
+# What each case judges, per spelling (see the module's docstring).
+ASPECTS = ("shared-expert-unquantized", "eh-proj-unquantized", "draft-fusion-off")
+CONTROL_CASE = "control/not-excluded-quantized"
+CASES = (*(f"{spelling}/{aspect}" for spelling in EXCLUDED_SPELLINGS for aspect in ASPECTS), CONTROL_CASE)
 # The modules each spelling keeps bf16, and the control that is never excluded.
 EXCLUDED_MODULES = ("shared_experts.gate_up_proj", "shared_experts.down_proj", "eh_proj")
 SHARED_EXPERT = ("shared_experts.gate_up_proj", "shared_experts.down_proj")
@@ -70,7 +85,8 @@ def probe_request(pin: Pin, cases: dict[str, Path] | None = None):
     TP 1 with the case's checkpoint as the model, under the profile's environment."""
     profile = load_profile(PROFILE)
     argv = probing.profile_argv(profile, "{model}", ["--tp-size", "1"])
-    spec = {"argv": argv, "cases": {name: str(Path(folder).resolve()) for name, folder in cases.items()} if cases else None}
+    spec = {"argv": argv, "cases": {name: str(Path(folder).resolve()) for name, folder in cases.items()} if cases else None,
+            "fusion_disabled_build": not cases}
     return probe_runs.ProbeRequest(PROBE, PROBE_MODULE, spec, PROBE_LIMIT_S, import_env=probing.import_env(profile),
                                    registry_archs=REGISTRY_ARCHS)
 
@@ -91,8 +107,9 @@ def resolve_mtp_modules(tree: Path, pin: Pin, *, checkpoint: Path | None = None)
     """What the pin's sglang builds for the MTP draft layer, per module, and how its tensors load.
 
     ``tree`` is a checkout in upstream's layout (``python/sglang/...``). Without ``checkpoint`` the
-    probe writes its own tiny checkpoints, one case per exclude-list spelling (``fused``,
-    ``unfused``, ``regex``, and ``none``, nothing excluded); with it (a folder holding
+    probe writes its own tiny checkpoints, one case per exclude-list spelling (``exact``,
+    ``regex``, and ``none``, nothing excluded), each also built with the shared-experts fusion
+    turned off (its ``fusion_disabled``, the same fields); with it (a folder holding
     ``config.json`` with a Quark ``quantization_config`` and ``*.safetensors``) there is one case,
     ``checkpoint``. The answer::
 
@@ -134,7 +151,7 @@ def _flatten(answer: dict, runner: dict) -> dict:
 
 class MtpQuarkExcludeWitness:
     name = "mtp-quark-exclude"
-    version = "2"
+    version = "3"
 
     def fingerprint(self, pin: Pin) -> str:
         profile = load_profile(PROFILE)
@@ -150,73 +167,97 @@ class MtpQuarkExcludeWitness:
             return WitnessResult(self.name, UNAVAILABLE, detail=(failure or "no answer")[:1000])
         result = judge(answer, self.name)
         return WitnessResult(result.witness, result.state, result.level,
-                             f"{result.detail} [{probing.doubles_used(answer)}]")
+                             f"{result.detail} [{probing.doubles_used(answer)}]", cases=result.cases)
 
     def run(self, tree: Path, pin: Pin) -> WitnessResult:
         return probing.run_probe_witnesses([self], tree, pin)[self.name]
 
 
 def judge(answer: dict, name: str = MtpQuarkExcludeWitness.name) -> WitnessResult:
-    """The witness's answer from the probe's (see ``resolve_mtp_modules``)."""
+    """The witness's answer from the probe's (see ``resolve_mtp_modules``), with a verdict per case."""
     gpu = str(answer.get("emulated_gpu", "")).split(":")[0]
     level = f"build+load {gpu}".strip()
+    reason = cannot_tell(answer)
+    if reason:
+        return WitnessResult(name, UNAVAILABLE, level, reason[:1000], cases=dict.fromkeys(CASES, UNAVAILABLE))
+    cases = answer["cases"]
+    verdicts, found = {CONTROL_CASE: CLEAN}, []
+    for spelling in EXCLUDED_SPELLINGS:
+        for aspect, problems in aspect_problems(cases[spelling]).items():
+            verdicts[f"{spelling}/{aspect}"] = BUG if problems else CLEAN
+            if problems:
+                found.append(f"{spelling}/{aspect}: {'; '.join(problems)}")
+    fusion = ", ".join(f"{spelling} {cases[spelling].get('draft_fusion')}" for spelling in EXCLUDED_SPELLINGS)
+    if found:
+        return WitnessResult(name, BUG, level, f"{' | '.join(found)} [draft fusion as launched: {fusion}]",
+                             cases=verdicts)
+    built = cases[EXCLUDED_SPELLINGS[0]]["fusion_disabled"]["modules"]
+    prefixes = ", ".join(sorted({built[m]["prefix"] or "" for m in EXCLUDED_MODULES} - {""}))
+    return WitnessResult(
+        name, CLEAN, level,
+        f"{', '.join(EXCLUDED_MODULES)} unquantized and loaded exactly for spellings {', '.join(EXCLUDED_SPELLINGS)} "
+        f"(built as {prefixes}); {CONTROL_MODULE} stays {built[CONTROL_MODULE]['quant_method']} "
+        f"[draft fusion as launched: {fusion}]", cases=verdicts)
+
+
+def aspect_problems(case: dict) -> dict[str, list[str]]:
+    """One spelling's problems per aspect (an empty list: that aspect is clean)."""
+    unfused = case["fusion_disabled"]
+    fused = [f"its shared expert fused into the {_short(got['quant_method'])} routed experts {got.get('fused_into')}"
+             for module, got in case["modules"].items() if module in SHARED_EXPERT and got["load"] == "fused"]
+    return {
+        "shared-expert-unquantized": case_problems(unfused, SHARED_EXPERT),
+        "eh-proj-unquantized": case_problems(case, ("eh_proj",)),
+        "draft-fusion-off": fused[:1] if case.get("draft_fusion") == "on" else [],
+    }
+
+
+def cannot_tell(answer: dict) -> str:
+    """Why the probe's answer proves nothing ("" when it can be judged)."""
     cases = answer.get("cases") or {}
     missing = [case for case in (*EXCLUDED_SPELLINGS, CONTROL_SPELLING) if case not in cases]
     if missing:
-        return WitnessResult(name, UNAVAILABLE, level, f"the probe answered no case for {', '.join(missing)}")
-    errors = [f"{case}: {cases[case]['error']}" for case in cases if "error" in cases[case]]
+        return f"the probe answered no case for {', '.join(missing)}"
+    builds = {case: cases[case] for case in cases}
+    builds.update({f"{case} (fusion off)": cases[case].get("fusion_disabled") or
+                   {"error": "no build with --disable-shared-experts-fusion"} for case in cases if "error" not in cases[case]})
+    errors = [f"{case}: {found['error']}" for case, found in builds.items() if "error" in found]
     if errors:
-        return WitnessResult(name, UNAVAILABLE, level, "the draft could not be built: " + "; ".join(errors)[:900])
+        return "the draft could not be built: " + "; ".join(errors)[:900]
     # A module the check needs that is not in the built draft is a failure of the probe.
     absent = []
-    for case, found in cases.items():
+    for case, found in builds.items():
         modules = found.get("modules") or {}
         gone = [m for m in CHECKED_MODULES if m not in modules] + list(found.get("missing") or [])
         if gone:
             absent.append(f"{case}: {', '.join(dict.fromkeys(gone))}")
     if absent:
-        return WitnessResult(name, UNAVAILABLE, level, "the probe found no such module in the built draft: " + "; ".join(absent))
-    unreadable = [f"{case}: {found.get('draft_fusion')}" for case, found in cases.items()
+        return "the probe found no such module in the built draft: " + "; ".join(absent)
+    unreadable = [f"{case}: {found.get('draft_fusion')}" for case, found in builds.items()
                   if found.get("draft_fusion") not in ("on", "off")]
     if unreadable:
-        return WitnessResult(name, UNAVAILABLE, level, "the draft's shared-expert fusion cannot be read: " + "; ".join(unreadable))
-    leaned = standins_leaned_on(cases)
+        return "the draft's shared-expert fusion cannot be read: " + "; ".join(unreadable)
+    still_fused = [case for case in cases if cases[case]["fusion_disabled"]["draft_fusion"] == "on"]
+    if still_fused:
+        return f"the draft fused its shared expert with --disable-shared-experts-fusion: {', '.join(still_fused)}"
+    leaned = standins_leaned_on(builds)
     if leaned:
-        return WitnessResult(name, UNAVAILABLE, level,
-                             f"the judged modules rest on a stand-in, so their values are not sglang's alone: {leaned}"[:1000])
-    failed_loads = [f"{case}: {m} {got['load_detail']}" for case in EXCLUDED_SPELLINGS
-                    for m, got in cases[case]["modules"].items()
+        return f"the judged modules rest on a stand-in, so their values are not sglang's alone: {leaned}"
+    failed_loads = [f"{case}: {m} {got['load_detail']}" for case, found in builds.items()
+                    if case.split(" ")[0] in EXCLUDED_SPELLINGS
+                    for m, got in found["modules"].items()
                     if m in EXCLUDED_MODULES and got["load"] in ("error", "absent")]
     if failed_loads:
-        return WitnessResult(name, UNAVAILABLE, level, "the probe could not load a tensor: " + "; ".join(failed_loads)[:900])
+        return "the probe could not load a tensor: " + "; ".join(failed_loads)[:900]
     # Controls: without them a "clean" could mean the probe built nothing quantized at all.
-    insane = []
-    for case, found in cases.items():
-        if found["modules"][CONTROL_MODULE]["unquantized"]:
-            insane.append(f"{case}: {CONTROL_MODULE} (never excluded) is not quantized")
-    for module in SHARED_EXPERT:
-        if cases[CONTROL_SPELLING]["modules"][module]["unquantized"]:
-            insane.append(f"{CONTROL_SPELLING}: {module} is unquantized with nothing excluded")
+    insane = [f"{case}: {CONTROL_MODULE} (never excluded) is not quantized"
+              for case, found in builds.items() if found["modules"][CONTROL_MODULE]["unquantized"]]
+    control = cases[CONTROL_SPELLING]["fusion_disabled"]["modules"]
+    insane += [f"{CONTROL_SPELLING}: {module} is unquantized with nothing excluded"
+               for module in SHARED_EXPERT if control[module]["unquantized"]]
     if insane:
-        return WitnessResult(name, UNAVAILABLE, level, "the probe cannot tell: " + "; ".join(insane))
-    failures: dict[str, list[str]] = {}  # problems -> the spellings that have them
-    for case in EXCLUDED_SPELLINGS:
-        problems = case_problems(cases[case])
-        if problems:
-            failures.setdefault("; ".join(problems), []).append(case)
-    prefixes = ", ".join(sorted({cases["fused"]["modules"][m]["prefix"] or "" for m in EXCLUDED_MODULES} - {""}))
-    fusion = ", ".join(f"{case} {cases[case].get('draft_fusion')}" for case in EXCLUDED_SPELLINGS)
-    if failures:
-        detail = " | ".join(f"{', '.join(spellings)}: {problems}" for problems, spellings in failures.items())
-        return WitnessResult(name, BUG, level, f"{detail} [draft fusion: {fusion}]")
-    return WitnessResult(
-        name,
-        CLEAN,
-        level,
-        f"{', '.join(EXCLUDED_MODULES)} unquantized and loaded exactly for spellings {', '.join(EXCLUDED_SPELLINGS)} "
-        f"(built as {prefixes}); {CONTROL_MODULE} stays {cases['fused']['modules'][CONTROL_MODULE]['quant_method']} "
-        f"[draft fusion: {fusion}]",
-    )
+        return "the probe cannot tell: " + "; ".join(insane)
+    return ""
 
 
 def standins_leaned_on(cases: dict) -> str:

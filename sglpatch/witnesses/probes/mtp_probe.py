@@ -28,8 +28,12 @@ post-processing that prepares GPU kernel layouts (``process_weights_after_loadin
 ``post_load_weights``): not run. Stand-ins
 called while building are listed in each case (``standins_called``).
 
-Spec: ``{"argv": [...server flags, the model as "{model}"...], "cases": {name: folder} | null}``;
-without cases the probe writes its own, one per exclude-list spelling (``quark_checkpoint``).
+Spec: ``{"argv": [...server flags, the model as "{model}"...], "cases": {name: folder} | null,
+"fusion_disabled_build": bool}``; without cases the probe writes its own, one per exclude-list
+spelling (``quark_checkpoint``). With ``fusion_disabled_build`` each case is built a second time
+with ``--disable-shared-experts-fusion`` added (the flag a user passes to keep the shared expert a
+module of its own), answered under the case's ``fusion_disabled``: what the draft builds for its
+shared expert when it is not fused.
 """
 
 from __future__ import annotations
@@ -325,17 +329,28 @@ def run(spec: dict, context) -> dict:
                  for i, s in enumerate(quark_checkpoint.SPELLINGS)}
     first = next(iter(cases.values()))
     context.phase("resolve the server args")
-    args = server_args([first if a == MODEL_PLACEHOLDER else a for a in spec["argv"]])
-    publish(args)
+    argv = [first if a == MODEL_PLACEHOLDER else a for a in spec["argv"]]
+    args = server_args(argv)
     result: dict = {"cases": {}, "doubles": list(DOUBLES), "server_args": {
         name: getattr(args, name, None) for name in ("tp_size", "speculative_algorithm", "kv_cache_dtype",
                                                      "disable_shared_experts_fusion", "device")}}
     for case, folder in cases.items():
-        try:
-            result["cases"][case] = resolve(args, folder, context)
-        except Exception as exc:  # noqa: BLE001 - one case failing is an answer about it
-            import traceback
-
-            result["cases"][case] = {"error": f"{type(exc).__name__}: {exc}"[:2000],
-                                     "phase": context.phase_name, "traceback": traceback.format_exc(limit=-8)}
+        result["cases"][case] = _resolve_case(argv, folder, context)
+        if spec.get("fusion_disabled_build") and "error" not in result["cases"][case]:
+            result["cases"][case]["fusion_disabled"] = _resolve_case(
+                [*argv, "--disable-shared-experts-fusion"], folder, context)
     return result
+
+
+def _resolve_case(argv: list[str], folder: str, context) -> dict:
+    """``resolve`` with the server args of ``argv`` made the process's, resolved afresh for each
+    build (a release may write its own decisions into them); a failure is the case's answer."""
+    try:
+        args = server_args(argv)
+        publish(args)
+        return resolve(args, folder, context)
+    except Exception as exc:  # noqa: BLE001 - one case failing is an answer about it
+        import traceback
+
+        return {"error": f"{type(exc).__name__}: {exc}"[:2000], "phase": context.phase_name,
+                "traceback": traceback.format_exc(limit=-8)}

@@ -17,7 +17,7 @@ import struct
 N = 2  # num_hidden_layers of the tiny model: its MTP layer is model.layers.2.*
 H = 64  # hidden_size
 I = 32  # moe_intermediate_size (one shared expert)
-SPELLINGS = ("fused", "unfused", "regex", "none")
+SPELLINGS = ("exact", "regex", "none")
 # The MTP layer's modules a GLM-5.2 Quark checkpoint keeps bf16, by the names of their weights
 # in the checkpoint, relative to model.layers.{N}: (rows, columns) of each.
 MTP_BF16_TENSORS = {
@@ -69,12 +69,11 @@ def hf_config_dict(num_layers: int = N) -> dict:
 
 def exclude_list(spelling: str, layer: int = N) -> list[str]:
     """Quark's exclude list keeping the MTP shared expert and eh_proj bf16, spelled one way:
-    ``fused`` (gate_up_proj), ``unfused`` (gate_proj/up_proj, as Quark writes them), ``regex``
-    (``re:`` patterns), ``none`` (a control: nothing of the MTP layer excluded)."""
+    ``exact`` (the names Quark writes: the checkpoint's own ``gate_proj``/``up_proj``/``down_proj``,
+    as amd/GLM-5.2-MXFP4 lists its MTP layer's), ``regex`` (``re:`` patterns, the other form
+    Quark's ``exclude`` takes), ``none`` (a control: nothing of the MTP layer excluded)."""
     L = f"model.layers.{layer}"
-    if spelling == "fused":
-        return ["lm_head", f"{L}.mlp.shared_experts.gate_up_proj", f"{L}.mlp.shared_experts.down_proj", f"{L}.eh_proj"]
-    if spelling == "unfused":
+    if spelling == "exact":
         return ["lm_head", f"{L}.mlp.shared_experts.gate_proj", f"{L}.mlp.shared_experts.up_proj",
                 f"{L}.mlp.shared_experts.down_proj", f"{L}.eh_proj"]
     if spelling == "regex":
