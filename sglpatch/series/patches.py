@@ -45,6 +45,8 @@ SERIES_FILE = "series"
 CHANGELOG_FILE = "CHANGELOG.md"
 RENDITIONS_DIR = "renditions"
 TESTS_DIR = "tests"  # patches/tests/<stem>/<path in upstream's repository>
+# patches/tests/<stem>/cases.toml: which tests judge each of the patch's witness's cases; not a test.
+CASES_FILE = "cases.toml"
 
 REQUIRED_TRAILERS = ("Upstream-Status", "Origin", "Witness", "Applies-To")
 # Every trailer that is our metadata rather than part of the change's description.
@@ -234,11 +236,13 @@ def load_series(directory: Path) -> Series:
 
 
 def regression_tests(directory: Path, stem: str) -> tuple[RegressionTest, ...]:
-    """Every file under ``patches/tests/<stem>/``, by its path in upstream's repository."""
+    """Every file under ``patches/tests/<stem>/``, by its path in upstream's repository (but the
+    patch's ``cases.toml``)."""
     root = directory / TESTS_DIR / stem
     if not root.is_dir():
         return ()
-    found = sorted(p for p in root.rglob("*") if p.is_file() and "__pycache__" not in p.parts)
+    found = sorted(p for p in root.rglob("*")
+                   if p.is_file() and "__pycache__" not in p.parts and p != root / CASES_FILE)
     return tuple(RegressionTest(p.relative_to(root).as_posix(), p) for p in found)
 
 
