@@ -161,7 +161,9 @@ class TestAiterAllreduceFusionInertWarning(CustomTestCase):
 
     def assert_one_warning_naming(self, pattern, *argv, **env):
         warnings = self.fusion_warnings(FLAG, *argv, **env)
-        self.assertEqual(len(warnings), 1, f"want one warning naming {FLAG}: {warnings}")
+        self.assertEqual(
+            len(warnings), 1, f"want one warning naming {FLAG}: {warnings}"
+        )
         self.assertRegex(warnings[0], pattern)
 
     # The GLM-5 default.
