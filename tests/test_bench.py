@@ -26,7 +26,7 @@ UNTUNED = ("[aiter] [fused_moe] using 2stage default for ('gfx950', 256, 32, 614
            " 'torch.bfloat16', 'torch.float4_e2m1fn_x2', 'torch.float4_e2m1fn_x2', 'QuantType.per_1x32', True, False)")
 # Patch 0003's warning, as ServerArgs logs it through sglang's logger.
 INERT = ("[2026-12-01 10:00:00] WARNING server_args.py:1234: --enable-aiter-allreduce-fusion has no effect: "
-         "--disable-custom-all-reduce is set. The unfused all-reduce is used.")
+         "--disable-custom-all-reduce is set. The all-reduce and the RMSNorm run unfused.")
 
 
 def stand_in_amd_smi(folder: Path, watts: list[float]) -> Path:

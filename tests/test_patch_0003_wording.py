@@ -17,16 +17,17 @@ from sglpatch.witnesses import rocm_flags
 
 PATCH = "0003-amd-glm5-mi355x-aiter-allreduce-fusion-fp8-kv-default.patch"
 SENTENCE = "--enable-aiter-allreduce-fusion has no effect: "
+ENDING = ". The all-reduce and the RMSNorm run unfused."
 # scenario of the witness -> the reason 0003 gives for it, in its words
 REASONS = {
-    "profile": "--disable-custom-all-reduce is set",
-    "defaults": "--disable-custom-all-reduce is set",
-    "no-SGLANG_USE_AITER": "SGLANG_USE_AITER is not set",
-    "dp-attention": "DP attention is enabled",
-    "tp6": "tp_size is 6",
+    "flag-no-custom-all-reduce": "--disable-custom-all-reduce is set",
+    "flag-no-SGLANG_USE_AITER": "SGLANG_USE_AITER is not set",
+    "flag-SGLANG_USE_AITER_AR-0": "SGLANG_USE_AITER_AR=0 picks sglang's custom all-reduce",
+    "flag-1stage-allreduce": "SGLANG_USE_1STAGE_ALLREDUCE=1 picks sglang's custom all-reduce",
+    "flag-dp-attention": "DP attention is enabled",
+    "flag-tp6": "tp_size is 6",
 }
-GATES = ("not a ROCm build", "SGLANG_USE_AITER is not set", "SGLANG_USE_AITER_AR=0", "DP attention is enabled",
-         "tp_size is 6", "--disable-custom-all-reduce is set")
+GATES = tuple(REASONS.values())
 
 
 def _added_lines(diff_text: str) -> str:
@@ -36,12 +37,13 @@ def _added_lines(diff_text: str) -> str:
 @pytest.mark.parametrize("rendition", load_series(REPO_ROOT / "patches").get(PATCH).renditions, ids=lambda r: r.path.name)
 def test_every_rendition_words_the_inert_fusion_warning_with_each_gate(rendition):
     added = _added_lines(rendition.diff_text)
-    assert '"--enable-aiter-allreduce-fusion has no effect: "' in added
-    assert '". The unfused all-reduce is used."' in added
+    assert '"--enable-aiter-allreduce-fusion has no effect: %s. The all-reduce "' in added
+    assert '"and the RMSNorm run unfused.",' in added
     for gate in GATES:
         assert f'"{gate}"' in added, gate
-    # It is a warning, from server_args' own logger.
+    # A warning, from the logger of the hook that decides the fusion; the old wording is gone.
     assert re.search(r"logger\.warning\(\s*\"--enable-aiter-allreduce-fusion has no effect", added)
+    assert "The unfused all-reduce is used" not in added and "not a ROCm build" not in added
 
 
 @pytest.mark.network
@@ -51,12 +53,12 @@ def test_the_patched_pin_warns_in_0003s_words_naming_each_closed_gate(version, t
     tree = read_only_tree(version, PATCH)
     try:
         resolved = rocm_flags.resolve_server_args(tree, pin, {name: rocm_flags.SCENARIOS[name] for name in
-                                                             (*REASONS, "custom-all-reduce")})
+                                                             (*REASONS, "flag")})
     except rocm_flags.WitnessUnavailable as exc:
         skip_unless_required(str(exc))
     for scenario, reason in REASONS.items():
         warnings = rocm_flags.inert_fusion_warnings(resolved[scenario])
         assert len(warnings) == 1, (scenario, warnings)
-        assert warnings[0].startswith(SENTENCE) and warnings[0].endswith(". The unfused all-reduce is used.")
+        assert warnings[0].startswith(SENTENCE) and warnings[0].endswith(ENDING)
         assert reason in warnings[0], (scenario, warnings[0])
-    assert rocm_flags.inert_fusion_warnings(resolved["custom-all-reduce"]) == []
+    assert rocm_flags.inert_fusion_warnings(resolved["flag"]) == []

@@ -74,11 +74,11 @@ def test_0003_leaves_as_two_prs_on_the_clone_each_with_its_own_test_the_default_
     kv, warning = upstream_pr.export(Project(REPO_ROOT), "0003", base="main", base_repo=repo, out=tmp_path / "out")
     assert (kv.part, warning.part) == ("fp8-kv-default", "inert-fusion-warning")
     assert kv.title == "[AMD] Default GLM-5 DSA models to an fp8 KV cache on gfx950"
-    assert warning.title == "[AMD] Warn when --enable-aiter-allreduce-fusion cannot engage"
+    assert warning.title == "[AMD] Enable GLM-5's aiter all-reduce fusion only where it runs; warn when the flag cannot"
     kv_test = f"{UNIT}/server_args/test_glm5_gfx950_kv_cache_dtype.py"
     warning_test = f"{UNIT}/server_args/test_aiter_allreduce_fusion_inert_warning.py"
     for result, path, test, other in ((kv, "overrides.py", kv_test, warning_test),
-                                      (warning, "parallel_hook.py", warning_test, kv_test)):
+                                      (warning, "model_hook.py", warning_test, kv_test)):
         assert git(repo, "rev-parse", f"{result.commit}^").strip() == later
         changed = git(repo, "diff", "--name-only", later, result.commit).split()
         assert changed == [f"python/sglang/srt/arg_groups/{path}", test]

@@ -1,6 +1,7 @@
 """The rocm-flags witness on the real releases: every pin's own ServerArgs, resolved on CPU with the
-GLM-5.2 MI355X launch profile, misses the fusion / fp8 KV defaults or stays silent about an inert
-fusion (bug); with patch 0003's rendition for the pin it does neither (clean)."""
+GLM-5.2 MI355X launch profile, misses GLM-5's fp8 KV default on gfx950 and stays silent about an
+inert fusion flag (bug; from 0.5.21 it also turns on a fusion that cannot run); with patch 0003's
+rendition for the pin every case is clean. Its decision rule, case by case, on hand-made answers."""
 
 from __future__ import annotations
 
@@ -27,21 +28,30 @@ def _patched(tree: Path, version: str) -> Path:
 
 @pytest.mark.network
 @pytest.mark.parametrize("version", one_pin_per_rendition(PATCH))
-def test_pristine_pin_misses_the_defaults_or_hides_the_inert_fusion(version, tmp_path):
+def test_pristine_pin_misses_the_kv_default_and_hides_the_inert_fusion_flag(version, tmp_path):
     result = witnessed(rocm_flags.RocmFlagsWitness(), version, False, tmp_path / "tree")
-    print(f"{version}: {result}")
+    print(f"{version}: {result} {result.cases}")
     assert result.state == BUG, result
-    # Every pin: the profile's KV default is bf16 on gfx950 and no pin warns about the inert fusion.
-    assert "defaults: kv_cache_dtype bfloat16, want fp8_e4m3" in result.detail
-    assert "profile: silent" in result.detail
+    assert set(result.cases) == set(rocm_flags.CASES)
+    # Every pin: bf16 on gfx950, logged for an "SM9" device, and the flag silent where it cannot run.
+    for case in ("launch-kv-fp8-on-gfx950", "launch-kv-log-names-gfx950", "flag-no-custom-all-reduce-warns"):
+        assert result.cases[case] == BUG, (case, result.cases)
+    # From 0.5.21 the release itself turns the fusion on where it cannot run; before, nothing does.
+    on_by_itself = tuple(int(x) for x in version.split(".")[:3]) >= (0, 5, 21)
+    assert result.cases["launch-fusion-off-without-custom-all-reduce"] == (BUG if on_by_itself else CLEAN)
+    assert result.cases["default-fusion-on-for-decode-where-it-runs"] == (CLEAN if on_by_itself else BUG)
+    for case in ("launch-no-warning-about-an-unpassed-flag", "flag-quiet-where-it-runs", "explicit-bf16-kept",
+                 "gfx942-keeps-bf16", "deepseek-v32-not-fp8-on-gfx950"):
+        assert result.cases[case] == CLEAN, (case, result.cases)
 
 
 @pytest.mark.network
 @pytest.mark.parametrize("version", one_pin_per_rendition(PATCH))
-def test_patched_pin_defaults_fusion_and_fp8_and_names_every_inert_gate(version, tmp_path):
+def test_patched_pin_is_clean_in_every_case(version, tmp_path):
     result = witnessed(rocm_flags.RocmFlagsWitness(), version, True, tmp_path / "tree")
-    print(f"{version}: {result}")
+    print(f"{version}: {result} {result.cases}")
     assert result.state == CLEAN, result
+    assert result.cases == dict.fromkeys(rocm_flags.CASES, CLEAN)
     # Every answer proves it leaned on no stand-in while resolving (else it is unavailable).
     assert "called: none" in result.detail, result
 
@@ -122,6 +132,7 @@ def test_an_answer_that_leaned_on_a_stand_in_is_unavailable_never_clean():
                    {"standin_reads": ["aiter.get_hip_quant (read at sglang/srt/server_args.py:12)"]}):
         result = witness.judge_probe({**answer, **leaned}, None, PINS.newest)
         assert result.state == UNAVAILABLE and "used a stand-in" in result.detail, result
+        assert set(result.cases.values()) == {UNAVAILABLE}
     allowed = {"standin_reads": ["aiter.QuantType (read at sglang/srt/layers/quantization/fp8_utils.py:30, module level)"]}
     assert witness.judge_probe({**answer, **allowed}, None, PINS.newest).state == CLEAN
 
@@ -129,56 +140,99 @@ def test_an_answer_that_leaned_on_a_stand_in_is_unavailable_never_clean():
 # -- the decision rule, on hand-made probe answers: behaviour, whatever the words ------------------
 
 
-def _scenario(fusion=True, kv="fp8_e4m3", records=(), prefill=True) -> dict:
+def _scenario(fusion=False, kv="fp8_e4m3", records=(), prefill=False) -> dict:
     return {"error": None, "enable_aiter_allreduce_fusion": fusion, "disable_aiter_allreduce_fusion_in_prefill": prefill,
-            "kv_cache_dtype": kv, "log_records": [{"level": lvl, "logger": "sglang.srt.server_args", "message": m}
+            "kv_cache_dtype": kv, "log_records": [{"level": lvl, "logger": "sglang.srt.arg_groups", "message": m}
                                                  for lvl, m in records], "warnings": []}
 
 
-def _fixed(words: str = "{flag}: it cannot engage here") -> dict:
-    """Resolved scenarios as a fixed release would give them, its warning worded by ``words``."""
-    warn = [("WARNING", words.format(flag="--enable-aiter-allreduce-fusion"))]
-    return {"profile": _scenario(records=warn), "defaults": _scenario(records=warn), "custom-all-reduce": _scenario(),
-            "no-SGLANG_USE_AITER": _scenario(kv=None, records=warn), "dp-attention": _scenario(kv=None, records=warn),
-            "tp6": _scenario(kv=None, records=warn), "user-bf16": _scenario(kv="bfloat16"), "gfx942": _scenario(kv="bfloat16")}
+KV_LOG = ("WARNING", "Setting KV cache dtype to fp8_e4m3 for DeepSeek DSA on gfx950 device.")
+
+
+def _fixed(words: str = "{flag}: it cannot engage here ({why})") -> dict:
+    """Resolved scenarios as a fixed release gives them, its warning worded by ``words``."""
+    flag = "--enable-aiter-allreduce-fusion"
+    whys = {"flag-no-custom-all-reduce": "--disable-custom-all-reduce", "flag-no-SGLANG_USE_AITER": "SGLANG_USE_AITER unset",
+            "flag-SGLANG_USE_AITER_AR-0": "SGLANG_USE_AITER_AR is 0", "flag-1stage-allreduce": "SGLANG_USE_1STAGE_ALLREDUCE",
+            "flag-dp-attention": "DP attention", "flag-tp6": "tp_size=6"}
+    fixed = {"launch": _scenario(records=[KV_LOG]), "launch-custom-all-reduce": _scenario(fusion=True, prefill=True),
+             "flag": _scenario(fusion=True), "launch-bf16": _scenario(kv="bfloat16"),
+             "launch-gfx942": _scenario(kv="bfloat16"), "deepseek-v32": _scenario(kv="bfloat16")}
+    for scenario, why in whys.items():
+        fixed[scenario] = _scenario(fusion=True, records=[("WARNING", words.format(flag=flag, why=why))])
+    return fixed
+
+
+def test_the_answer_names_a_verdict_for_every_case_on_the_scenarios_it_resolves():
+    assert set(rocm_flags.SCENARIOS) == {scenario for scenario, _ in rocm_flags.CASES.values()}
+    result = rocm_flags.judge({"scenarios": _fixed(), "seconds": 1.0})
+    assert result.state == CLEAN and result.cases == dict.fromkeys(rocm_flags.CASES, CLEAN), result
 
 
 @pytest.mark.parametrize("words", [
-    "{flag} has no effect: --disable-custom-all-reduce is set. The unfused all-reduce is used.",  # 0003's
-    "ignoring {flag} (no custom all-reduce communicator)",
-    "enable_aiter_allreduce_fusion=True will not take effect on this configuration",
+    "{flag} has no effect: {why} is set. The all-reduce and the RMSNorm run unfused.",  # 0003's
+    "ignoring {flag} ({why})",
+    "enable_aiter_allreduce_fusion=True will not take effect: {why}",
 ])
-def test_a_warning_naming_the_flag_in_any_words_is_enough(words):
-    resolved = _fixed(words)
-    assert rocm_flags.check(resolved) == []
-    assert rocm_flags.judge({"scenarios": resolved, "seconds": 1.0}).state == CLEAN
+def test_a_warning_naming_the_flag_and_why_in_any_words_is_enough(words):
+    assert rocm_flags.judge({"scenarios": _fixed(words)}).state == CLEAN
 
 
 def test_a_warning_that_does_not_name_the_flag_or_is_not_a_warning_is_silence():
     for records in ([("WARNING", "the all-reduce fusion cannot run")], [("INFO", "--enable-aiter-allreduce-fusion is inert")]):
         resolved = _fixed()
-        resolved["profile"] = _scenario(records=records)
-        problems = rocm_flags.check(resolved)
-        assert [name for name, _ in problems] == ["profile"] and "silent" in problems[0][1], problems
+        resolved["flag-tp6"] = _scenario(fusion=True, records=records)
+        result = rocm_flags.judge({"scenarios": resolved})
+        assert result.state == BUG and [c for c, v in result.cases.items() if v == BUG] == ["flag-tp6-warns"]
+        assert "silent" in result.detail
 
 
-def test_a_warning_where_every_gate_is_open_is_a_bug():
+def test_a_warning_that_does_not_say_why_is_a_bug():
     resolved = _fixed()
-    resolved["custom-all-reduce"] = _scenario(records=[("WARNING", "--enable-aiter-allreduce-fusion has no effect")])
-    assert [name for name, _ in rocm_flags.check(resolved)] == ["custom-all-reduce"]
+    resolved["flag-dp-attention"] = _scenario(fusion=True, records=[("WARNING", "--enable-aiter-allreduce-fusion is inert")])
+    result = rocm_flags.judge({"scenarios": resolved})
+    assert [c for c, v in result.cases.items() if v == BUG] == ["flag-dp-attention-warns"], result
+
+
+def test_the_release_turning_on_what_cannot_run_and_warning_about_a_flag_not_given_are_two_bugs():
+    resolved = _fixed()
+    resolved["launch"] = _scenario(fusion=True, records=[KV_LOG, ("WARNING", "--enable-aiter-allreduce-fusion has no effect")])
+    result = rocm_flags.judge({"scenarios": resolved})
+    assert [c for c, v in result.cases.items() if v == BUG] == [
+        "launch-fusion-off-without-custom-all-reduce", "launch-no-warning-about-an-unpassed-flag"], result
+
+
+def test_a_kv_default_logged_for_an_sm9_device_is_a_bug():
+    resolved = _fixed()
+    resolved["launch"] = _scenario(records=[("WARNING", "Setting KV cache dtype to fp8_e4m3 for DeepSeek DSA on SM9 device.")])
+    assert rocm_flags.judge({"scenarios": resolved}).cases["launch-kv-log-names-gfx950"] == BUG
+
+
+def test_a_default_that_also_fuses_prefill_is_a_bug():
+    resolved = _fixed()
+    resolved["launch-custom-all-reduce"] = _scenario(fusion=True, prefill=False)
+    assert rocm_flags.judge({"scenarios": resolved}).cases["default-fusion-on-for-decode-where-it-runs"] == BUG
+
+
+def test_a_warning_where_the_flag_runs_is_a_bug():
+    resolved = _fixed()
+    resolved["flag"] = _scenario(fusion=True, records=[("WARNING", "--enable-aiter-allreduce-fusion has no effect")])
+    assert rocm_flags.judge({"scenarios": resolved}).cases["flag-quiet-where-it-runs"] == BUG
 
 
 def test_a_scenario_the_probe_did_not_answer_is_unavailable_not_clean():
     resolved = _fixed()
-    del resolved["tp6"]
-    assert rocm_flags.judge({"scenarios": resolved}).state == UNAVAILABLE
+    del resolved["flag-tp6"]
+    result = rocm_flags.judge({"scenarios": resolved})
+    assert result.state == UNAVAILABLE and result.cases["flag-tp6-warns"] == UNAVAILABLE
+    assert result.cases["launch-kv-fp8-on-gfx950"] == CLEAN
 
 
 @pytest.mark.parametrize("error", ["ValueError: tp_size 6 does not divide 64 heads", "SystemExit: 2",
                                    "AttributeError: 'NoneType' object has no attribute 'get_device_capability'"])
 def test_an_exception_while_resolving_is_unavailable_with_the_exception_never_bug(error):
     resolved = _fixed()
-    resolved["tp6"] = {**_scenario(kv=None), "error": error}
+    resolved["flag-tp6"] = {**_scenario(), "error": error}
     result = rocm_flags.judge({"scenarios": resolved, "seconds": 1.0})
     assert result.state == UNAVAILABLE, result
-    assert f"tp6: {error}" in result.detail
+    assert f"flag-tp6: {error}" in result.detail

@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 
 UNTUNED_MOE = re.compile(r"\[fused_moe\] using 2stage default for \(([^)]*)\)")
-INERT_FUSION = re.compile(r"--enable-aiter-allreduce-fusion has no effect: (.*?)\. The unfused all-reduce is used")
+INERT_FUSION = re.compile(r"--enable-aiter-allreduce-fusion has no effect: (.*?)\. The all-reduce and the RMSNorm run unfused")
 SCANNERS = {"untuned_moe_shapes": UNTUNED_MOE, "inert_fusion": INERT_FUSION}
 
 

@@ -1,25 +1,31 @@
-"""Witness ``rocm-flags``: what the pin's own ``ServerArgs`` makes of the GLM-5.2 MI355X profile.
+"""Witness ``rocm-flags``: what the pin's own ``ServerArgs`` makes of the GLM-5.2 MI355X launch.
 
-The launch profile (``sglpatch/serving/profiles/glm-5.2-mxfp4-mi355x.toml``) is resolved by the pin's real
-``ServerArgs`` on CPU, on an emulated 8x MI355X ROCm node (``probes/rocm_box.py``), for a
-synthetic GLM-5-shaped model, in a handful of scenarios derived from the profile. The scenarios
-run in ``probes/flags_probe.py``, in the one child process per tree that all CPU witnesses share
-(``probe_runs.CpuPython.run_probes``), so sglang is imported once per tree.
+The launch profile (``sglpatch/serving/profiles/glm-5.2-mxfp4-mi355x.toml``: TP 8, EAGLE 5/1/6,
+``--disable-custom-all-reduce``, ``SGLANG_USE_AITER=1``) is resolved by the pin's real ``ServerArgs``
+on CPU, on an emulated 8x MI355X ROCm node (``probes/rocm_box.py``), for a synthetic GLM-5-shaped
+model, in scenarios derived from it. The scenarios run in ``probes/flags_probe.py``, in the one
+child process per tree that all CPU witnesses share (``probe_runs.CpuPython.run_probes``), so
+sglang is imported once per tree.
 
-It judges behaviour, never wording. It finds the bug (``bug``) when any of these fails, and
-``clean`` when all hold:
+It judges behaviour, never wording, case by case (``CASES``; each case's verdict is in the
+answer's ``cases``, and ``patches/tests/<patch>/cases.toml`` names the regression tests that judge
+the same behaviour). The fused aiter all-reduce + RMSNorm runs only with SGLANG_USE_AITER, on the
+TP group's aiter custom all-reduce (not with ``--disable-custom-all-reduce``,
+``SGLANG_USE_AITER_AR=0`` or ``SGLANG_USE_1STAGE_ALLREDUCE=1``), without DP attention and with TP
+other than 6 (docs/research/flags/NOTES.md). A case is ``bug`` when:
 
-- the profile resolves to the aiter all-reduce fusion on and an fp8_e4m3 KV cache on gfx950, and
-  so do the profile's *defaults* (the profile without its explicit KV dtype and fusion flags):
-  what a user gets without knowing the right flags;
-- where the fusion is asked for but cannot engage (the profile itself, with
-  ``--disable-custom-all-reduce``; SGLANG_USE_AITER unset; DP attention; TP 6), sglang emits a
-  warning-level log record that names the flag (``--enable-aiter-allreduce-fusion`` or
-  ``enable_aiter_allreduce_fusion``), whatever its words; and none when every gate is open;
-- the KV cache stays bfloat16 on gfx942 and when the user asks for bfloat16.
+- the launch as a user writes it without the fusion and KV flags (the profile without them) does
+  not resolve the fusion off (0.5.21 on, the release turns on what cannot run there), or logs a
+  warning naming a fusion flag it was not given, or does not resolve an fp8_e4m3 KV cache on
+  gfx950, or logs that KV default for an "SM9" device instead of gfx950;
+- where the fused kernel can run (custom all-reduce on), GLM-5 does not get the fusion by default
+  for decode only (before 0.5.21 no release does; 0003 carries it);
+- ``--enable-aiter-allreduce-fusion`` under each condition above logs no warning-level record
+  naming the flag and the condition (in whatever words), or warns where it can run;
+- an explicit bfloat16 or gfx942 does not keep bfloat16, or DeepSeek-V3.2 gets fp8 on gfx950.
 
-Patch 0003's own wording of that warning is checked by its unit test
-(``tests/test_patch_0003_wording.py``), not here: a fix upstream words it otherwise.
+Patch 0003's own wording of that warning is checked by ``tests/test_patch_0003_wording.py``, not
+here: a fix upstream words it otherwise.
 
 Doubles, named in the answer: the GPU (torch and triton report an 8x MI355X node), and the
 GPU-only packages, stood in by name only for what sglang imports unguarded on a HIP box
@@ -31,8 +37,10 @@ import sees no named stand-in.
 from __future__ import annotations
 
 import json
+import re
 import tempfile
 from pathlib import Path
+from typing import Callable
 
 from sglpatch.plumbing import cache
 from sglpatch.plumbing.errors import Unavailable
@@ -96,41 +104,121 @@ GLM5_CONFIG = {
     "pad_token_id": 154820,
 }
 
+# DeepSeek-V3.2 (DeepseekV32ForCausalLM): the other DSA model, which keeps its bfloat16 default on
+# gfx950. model_type deepseek_v3: every pinned transformers knows it (sglang keys on the
+# architecture and index_topk).
+DEEPSEEK_V32_CONFIG = {
+    **{k: v for k, v in GLM5_CONFIG.items() if k not in ("architectures", "model_type")},
+    "architectures": ["DeepseekV32ForCausalLM"],
+    "model_type": "deepseek_v3",
+}
+# An argv item naming the DeepSeek-V3.2 model folder, filled in by ``probe_request``.
+DEEPSEEK_V32_MODEL = "{deepseek-v32-model}"
+
 Scenario = tuple[list[str], dict[str, "str | None"]]
+
+FLAG = "--enable-aiter-allreduce-fusion"
+# The launch as a user writes it without knowing the flags: the profile without them.
+LAUNCH = [DROP + "--kv-cache-dtype", DROP + FLAG]
+# The flag where only the scenario's condition keeps the fused kernel from running.
+FLAG_ONLY = [DROP + "--kv-cache-dtype", DROP + "--disable-custom-all-reduce"]
 
 # name -> (argv edits over the profile, env edits over the profile's env)
 SCENARIOS: dict[str, Scenario] = {
-    "profile": ([], {}),
-    "defaults": ([DROP + "--kv-cache-dtype", DROP + "--enable-aiter-allreduce-fusion"], {}),
-    "custom-all-reduce": ([DROP + "--disable-custom-all-reduce"], {}),
-    "no-SGLANG_USE_AITER": ([], {"SGLANG_USE_AITER": None}),
-    "dp-attention": (["--enable-dp-attention", "--dp-size", "8"], {}),
-    "tp6": (["--tp-size", "6"], {}),
-    "user-bf16": (["--kv-cache-dtype", "bfloat16"], {}),
-    "gfx942": ([DROP + "--kv-cache-dtype"], {ARCH_KEY: GFX942}),
+    "launch": (LAUNCH, {}),
+    "launch-custom-all-reduce": ([*LAUNCH, DROP + "--disable-custom-all-reduce"], {}),
+    "flag": (FLAG_ONLY, {}),
+    "flag-no-custom-all-reduce": ([DROP + "--kv-cache-dtype"], {}),
+    "flag-no-SGLANG_USE_AITER": (FLAG_ONLY, {"SGLANG_USE_AITER": None}),
+    "flag-SGLANG_USE_AITER_AR-0": (FLAG_ONLY, {"SGLANG_USE_AITER_AR": "0"}),
+    "flag-1stage-allreduce": (FLAG_ONLY, {"SGLANG_USE_1STAGE_ALLREDUCE": "1"}),
+    "flag-dp-attention": ([*FLAG_ONLY, "--enable-dp-attention", "--dp-size", "8"], {}),
+    "flag-tp6": ([*FLAG_ONLY, "--tp-size", "6"], {}),
+    "launch-bf16": ([*LAUNCH, "--kv-cache-dtype", "bfloat16"], {}),
+    "launch-gfx942": (LAUNCH, {ARCH_KEY: GFX942}),
+    "deepseek-v32": ([*LAUNCH, "--model-path", DEEPSEEK_V32_MODEL], {}),
 }
 # The flag, as users write it and as ServerArgs names the field: a warning about the inert
 # fusion names one of them, in whatever words.
-FLAG_NAMES = ("--enable-aiter-allreduce-fusion", "enable_aiter_allreduce_fusion")
-# scenario -> (fusion, kv dtype, whether an sglang warning naming the flag must be there: True,
-# must not be there: False, or either: None)
-EXPECTED: dict[str, tuple[bool | None, str | None, bool | None]] = {
-    "profile": (True, "fp8_e4m3", True),
-    "defaults": (True, "fp8_e4m3", True),
-    "custom-all-reduce": (True, "fp8_e4m3", False),
-    "no-SGLANG_USE_AITER": (True, None, True),
-    "dp-attention": (True, None, True),
-    "tp6": (True, None, True),
-    "user-bf16": (None, "bfloat16", None),
-    "gfx942": (None, "bfloat16", None),
+FLAG_NAMES = (FLAG, "enable_aiter_allreduce_fusion")
+# For each inert-flag scenario, what a warning must also name: the condition.
+CONDITIONS = {
+    "flag-no-custom-all-reduce": r"custom.all.reduce",
+    "flag-no-SGLANG_USE_AITER": r"SGLANG_USE_AITER\b",
+    "flag-SGLANG_USE_AITER_AR-0": r"SGLANG_USE_AITER_AR",
+    "flag-1stage-allreduce": r"SGLANG_USE_1STAGE_ALLREDUCE",
+    "flag-dp-attention": r"dp.attention",
+    "flag-tp6": r"tp.size\D*6",
 }
-# Why the fusion cannot engage in each scenario that must warn (for the answer's words only).
-CLOSED_GATE = {
-    "profile": "--disable-custom-all-reduce",
-    "defaults": "--disable-custom-all-reduce",
-    "no-SGLANG_USE_AITER": "SGLANG_USE_AITER unset",
-    "dp-attention": "DP attention",
-    "tp6": "TP 6",
+
+
+def _fusion_off(got: dict) -> str:
+    return "" if got["enable_aiter_allreduce_fusion"] is False else (
+        f"fusion {got['enable_aiter_allreduce_fusion']} where the fused kernel cannot run (--disable-custom-all-reduce)")
+
+
+def _no_flag_warning(got: dict) -> str:
+    inert = inert_fusion_warnings(got)
+    return f"warns about a fusion flag it was not given: {inert[0]}" if inert else ""
+
+
+def _kv(want: str):
+    def check(got: dict) -> str:
+        return "" if got["kv_cache_dtype"] == want else f"kv_cache_dtype {got['kv_cache_dtype']}, want {want}"
+    return check
+
+
+def _not_fp8(got: dict) -> str:
+    # "auto" left as it is resolves to the model's dtype (releases whose DSA default skips the model).
+    return f"kv_cache_dtype {got['kv_cache_dtype']}, want its non-fp8 default" if got["kv_cache_dtype"] == "fp8_e4m3" else ""
+
+
+def _kv_log_names_gfx950(got: dict) -> str:
+    lines = [r["message"] for r in got.get("log_records") or [] if "KV cache dtype" in r.get("message", "")]
+    if not lines:
+        return "no log line for the KV cache dtype default"
+    wrong = [line for line in lines if "gfx950" not in line or re.search(r"\bSM9\b", line)]
+    return f"logged for another device than gfx950: {wrong[0]}" if wrong else ""
+
+
+def _default_where_it_runs(got: dict) -> str:
+    if got["enable_aiter_allreduce_fusion"] is not True:
+        return f"fusion {got['enable_aiter_allreduce_fusion']} where it runs, want on by default"
+    if got.get("disable_aiter_allreduce_fusion_in_prefill") is not True:
+        return "fusion defaulted on for prefill too, want decode only"
+    return ""
+
+
+def _warns_naming(condition: str):
+    def check(got: dict) -> str:
+        inert = inert_fusion_warnings(got)
+        if not inert:
+            return f"silent: no warning naming {FLAG} although it cannot run"
+        if not any(re.search(condition, w, re.IGNORECASE) for w in inert):
+            return f"its warning does not name why ({condition}): {inert[0]}"
+        return ""
+    return check
+
+
+def _quiet_where_it_runs(got: dict) -> str:
+    inert = inert_fusion_warnings(got)
+    if inert:
+        return f"warns although the fused kernel can run: {inert[0]}"
+    return "" if got["enable_aiter_allreduce_fusion"] is True else "the flag did not resolve the fusion on"
+
+
+# case -> (scenario, check: resolved scenario -> "" when the behaviour holds, else what is wrong)
+CASES: dict[str, tuple[str, Callable[[dict], str]]] = {
+    "launch-fusion-off-without-custom-all-reduce": ("launch", _fusion_off),
+    "launch-no-warning-about-an-unpassed-flag": ("launch", _no_flag_warning),
+    "launch-kv-fp8-on-gfx950": ("launch", _kv("fp8_e4m3")),
+    "launch-kv-log-names-gfx950": ("launch", _kv_log_names_gfx950),
+    "default-fusion-on-for-decode-where-it-runs": ("launch-custom-all-reduce", _default_where_it_runs),
+    **{f"{scenario}-warns": (scenario, _warns_naming(condition)) for scenario, condition in CONDITIONS.items()},
+    "flag-quiet-where-it-runs": ("flag", _quiet_where_it_runs),
+    "explicit-bf16-kept": ("launch-bf16", _kv("bfloat16")),
+    "gfx942-keeps-bf16": ("launch-gfx942", _kv("bfloat16")),
+    "deepseek-v32-not-fp8-on-gfx950": ("deepseek-v32", _not_fp8),
 }
 
 
@@ -139,7 +227,7 @@ class RocmFlagsWitness:
 
     def __init__(self, profile: Profile | None = None):
         self.profile = profile or load_profile(PROFILE)
-        self.version = f"2-{self.profile.name}-v{self.profile.version}"
+        self.version = f"3-{self.profile.name}-v{self.profile.version}"
 
     def fingerprint(self, pin: Pin) -> str:
         code = probing.code_digest()
@@ -155,9 +243,10 @@ class RocmFlagsWitness:
         if leaned:
             return WitnessResult(self.name, UNAVAILABLE, LEVEL,
                                  f"the judged resolution used a stand-in ({leaned}), so its values are not sglang's "
-                                 f"alone [{probing.doubles_used(answer)}]")
+                                 f"alone [{probing.doubles_used(answer)}]", cases=dict.fromkeys(CASES, UNAVAILABLE))
         result = judge(answer, self.name)
-        return WitnessResult(result.witness, result.state, result.level, f"{result.detail} [{probing.doubles_used(answer)}]")
+        return WitnessResult(result.witness, result.state, result.level, f"{result.detail} [{probing.doubles_used(answer)}]",
+                             cases=result.cases)
 
     def run(self, tree: Path, pin: Pin) -> WitnessResult:
         return probing.run_probe_witnesses([self], tree, pin)[self.name]
@@ -181,25 +270,34 @@ class WitnessUnavailable(Unavailable):
 
 
 def judge(answer: dict, name: str = RocmFlagsWitness.name) -> WitnessResult:
-    """The witness's answer from the flags probe's (scenario -> resolved fields and records)."""
+    """The witness's answer from the flags probe's (scenario -> resolved fields and records):
+    a verdict per case in ``cases``, and ``bug`` when a case is one, ``clean`` when every case is;
+    ``unavailable`` when a scenario is missing or sglang raised while resolving it (that says
+    nothing about what this witness judges), its cases marked so."""
     resolved = answer.get("scenarios") or {}
-    missing = [scenario for scenario in EXPECTED if scenario not in resolved]
-    if missing:
-        return WitnessResult(name, UNAVAILABLE, LEVEL, f"the probe answered no scenario {', '.join(missing)}")
     took = f"{len(resolved)} scenarios resolved in {answer.get('seconds', 0):.0f}s"
-    # sglang raising while it resolves (or argparse refusing the profile's arguments) says
-    # nothing about the defaults or the warning this witness judges: it cannot tell.
-    raised = [f"{scenario}: {resolved[scenario]['error']}" for scenario in EXPECTED if resolved[scenario].get("error")]
-    if raised:
-        return WitnessResult(name, UNAVAILABLE, LEVEL,
-                             f"the pin's ServerArgs raised while resolving, so it cannot tell: {'; '.join(raised)}"[:1000])
-    failures = [f"{scenario}: {problem}" for scenario, problem in check(resolved)]
-    if failures:
-        return WitnessResult(name, BUG, LEVEL, "; ".join(failures) + f" ({took})")
+    cases, problems, unresolved = {}, [], []
+    for case, (scenario, check_case) in CASES.items():
+        got = resolved.get(scenario)
+        if got is None or got.get("error"):
+            cases[case] = UNAVAILABLE
+            why = "not answered" if got is None else got["error"]
+            unresolved.append(f"{scenario}: {why}")
+            continue
+        problem = check_case(got)
+        cases[case] = BUG if problem else CLEAN
+        if problem:
+            problems.append(f"{case}: {problem}")
+    if unresolved:
+        detail = f"the pin's ServerArgs could not resolve, so it cannot tell: {'; '.join(dict.fromkeys(unresolved))}"
+        return WitnessResult(name, UNAVAILABLE, LEVEL, detail[:1000], cases=cases)
+    if problems:
+        return WitnessResult(name, BUG, LEVEL, f"{'; '.join(problems)} ({took})"[:2000], cases=cases)
     return WitnessResult(
         name, CLEAN, LEVEL,
-        f"fusion on, fp8_e4m3 on gfx950 for the profile and its defaults; sglang warns naming the flag "
-        f"wherever the fusion cannot engage, and not where it can ({took})")
+        f"GLM-5: fp8_e4m3 on gfx950, logged for gfx950; the fusion off where it cannot run and on for decode where "
+        f"it can; the flag warns under each condition that keeps it from running, and not where it runs ({took})",
+        cases=cases)
 
 
 def names_the_flag(record: dict) -> bool:
@@ -212,39 +310,16 @@ def inert_fusion_warnings(got: dict) -> list[str]:
             if r.get("level") in ("WARNING", "ERROR", "CRITICAL") and names_the_flag(r)]
 
 
-def check(resolved: dict[str, dict]) -> list[tuple[str, str]]:
-    """(scenario, what is wrong) for every expectation that does not hold."""
-    problems = []
-    for name, (fusion, kv, warns) in EXPECTED.items():
-        got = resolved.get(name)
-        if got is None:
-            problems.append((name, "not resolved"))
-            continue
-        if got["error"]:
-            problems.append((name, f"rejected: {got['error']}"))
-            continue
-        if fusion is not None and got["enable_aiter_allreduce_fusion"] is not fusion:
-            problems.append((name, f"fusion {got['enable_aiter_allreduce_fusion']}, want {fusion}"))
-        if name == "defaults" and got.get("disable_aiter_allreduce_fusion_in_prefill") is False:
-            problems.append((name, "fusion defaulted on for prefill too, want decode only"))
-        if kv is not None and got["kv_cache_dtype"] != kv:
-            problems.append((name, f"kv_cache_dtype {got['kv_cache_dtype']}, want {kv}"))
-        inert = inert_fusion_warnings(got)
-        if warns is False and inert:
-            problems.append((name, f"warns although every gate is open: {inert[0]}"))
-        elif warns is True and not inert:
-            problems.append((name, f"silent: no warning naming {FLAG_NAMES[0]} although it cannot engage ({CLOSED_GATE[name]})"))
-    return problems
-
-
 def probe_request(profile: Profile, scenarios: dict[str, "Scenario"], workdir: Path, *, limit_s: float = PROBE_LIMIT_S):
     """The flags probe for ``probe_runs.CpuPython.run_probes``: each scenario as argv and environment
     over the profile's, for a synthetic GLM-5 model folder written in ``workdir``."""
     model = synthetic_model(workdir)
+    deepseek_v32 = str(synthetic_model(workdir, DEEPSEEK_V32_CONFIG))
     spec = {
         "scenarios": {
             name: {
-                "argv": probing.profile_argv(profile, str(model), argv),
+                "argv": [deepseek_v32 if a == DEEPSEEK_V32_MODEL else a
+                         for a in probing.profile_argv(profile, str(model), argv)],
                 "env": {k: v for k, v in env.items() if k != ARCH_KEY},
                 "arch": env.get(ARCH_KEY),
             }
@@ -252,16 +327,18 @@ def probe_request(profile: Profile, scenarios: dict[str, "Scenario"], workdir: P
         },
     }
     return probe_runs.ProbeRequest(PROBE, "flags_probe", spec, limit_s, import_env=probing.import_env(profile), arch=MI355X,
-                                   registry_archs=("GlmMoeDsaForCausalLM",))
+                                   registry_archs=("GlmMoeDsaForCausalLM", "DeepseekV32ForCausalLM"))
 
 
-def synthetic_model(workdir: Path) -> Path:
-    """A folder holding the GLM-5 config.json (no weights: ServerArgs reads only the config),
-    at a path named by its content so every run and tree shares it."""
+def synthetic_model(workdir: Path, config: dict | None = None) -> Path:
+    """A folder holding a config.json (GLM-5's unless told; no weights: ServerArgs reads only the
+    config), at a path named by its content so every run and tree shares it."""
     import hashlib
 
-    text = json.dumps(GLM5_CONFIG, indent=1)
-    folder = Path(workdir) / f"sglpatch-glm5-config-{hashlib.sha256(text.encode()).hexdigest()[:12]}"
+    config = config or GLM5_CONFIG
+    text = json.dumps(config, indent=1)
+    kind = config["model_type"].replace("_", "-")
+    folder = Path(workdir) / f"sglpatch-{kind}-config-{hashlib.sha256(text.encode()).hexdigest()[:12]}"
     if not (folder / "config.json").is_file() or (folder / "config.json").read_text() != text:
         folder.mkdir(parents=True, exist_ok=True)
         tmp = folder / f".config.json.{id(text)}.tmp"
