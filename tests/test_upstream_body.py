@@ -51,7 +51,8 @@ def test_the_body_has_the_templates_sections_filled_from_the_labelled_paragraphs
     assert "```bash\npython -m sglang.benchmark.serving --backend sglang \\\n    --max-concurrency 1\n```" in body
     assert "| 0.5.23 | fails [x] | passes [x] |" in body
     assert "Not measured on MI355X." in body and "- [x] Add unit tests" in body
-    assert f"- [x] Format your code according to pre-commit ({HOOKS_RAN.said})." in body
+    checklist = " ".join(body.split("## Checklist")[1].split())
+    assert f"- [x] Format your code according to pre-commit ({HOOKS_RAN.said})." in checklist
 
 
 def test_a_checks_long_output_is_shown_short_and_in_upstreams_words():
@@ -181,3 +182,12 @@ def test_a_command_that_ran_shows_its_own_before_and_after_and_replays_are_marke
     assert ("without the change (replayed: a stored result of 2026-12-01T10:00:00Z, not run again): fails: 1 failed "
             "assertion(s) in 3 tests") in flat
     assert "with the change: passes: 3 passed" in flat
+
+
+def test_a_printed_line_too_long_for_the_body_is_cut_and_said_so():
+    long = "AssertionError: " + "x" * 400
+    run = upstream_body.TestRun("python3 t.py", None, None, plain_before=(_plain(long + "\n", 1),),
+                                plain_after=(_plain("OK\n", 0),))
+    body = upstream_body.render_body(MESSAGE, files=[], tests=["t.py"], run=run, matrix=[], hooks=None)
+    assert "without the change it printed (its one line; long lines cut at 200 characters):" in " ".join(body.split())
+    assert max(len(line) for line in body.splitlines()) <= upstream_body.PLAIN_WIDTH

@@ -489,7 +489,7 @@ def test_sglangs_pre_commit_hooks_refuse_a_misspelt_unformatted_line_and_pass_a_
     assert result.hooks.startswith("clean (isort, black, codespell, clang-format")
     assert ("- [ ] Format your code according to pre-commit (isort, black, codespell and clang-format at the versions "
             "sglang's `.pre-commit-config.yaml` names, on the lines this PR changes; its other hooks not run: the base has "
-            "no `.pre-commit-config.yaml`)") in result.body.read_text()
+            "no `.pre-commit-config.yaml`).") in " ".join(result.body.read_text().split())
 
 
 def test_a_clone_where_no_port_is_accepted_is_refused_with_the_hand_port_tree(fake_project, tmp_path, monkeypatch):
@@ -584,12 +584,13 @@ def test_a_test_whose_shown_command_passes_without_the_change_is_refused(guard_p
 @pytest.fixture
 def answers_marked_as_stored(monkeypatch):
     """Test double for the answer cache's replay mark (branch i35-witness makes answer_cache set
-    ``WitnessResult.replayed`` on a stored answer; until that is merged, this wraps the lookup so
-    a stored answer comes back marked, as it will)."""
+    ``WitnessResult.replayed`` on an answer kept by another process; until that is merged, and
+    for a second export made in this same process, this wraps the lookup so a kept answer comes
+    back marked, as a second ``sglpatch upstream`` gets it)."""
     real = answer_cache._load
 
-    def marked(key, witness, pin):
-        found = real(key, witness, pin)
+    def marked(*args, **kwargs):
+        found = real(*args, **kwargs)
         if found is not None and not found.replayed:
             return dataclasses.replace(found, replayed="stored answer of 2026-12-01T10:00:00Z")
         return found

@@ -139,8 +139,10 @@ def render_body(text: str, *, files: list[str], tests: list[str], run: TestRun |
     out += list(notes)
     ticked = hooks is not None and hooks.complete
     said = hooks.said if hooks is not None else "not run"
+    hooks_item = textwrap.wrap(f"- [{'x' if ticked else ' '}] Format your code according to pre-commit ({said}).",
+                               OUTPUT_WIDTH, subsequent_indent="  ", break_long_words=False, break_on_hyphens=False)
     out += ["## Checklist", "",
-            f"- [{'x' if ticked else ' '}] Format your code according to pre-commit ({said}).",
+            *hooks_item,
             f"- [{'x' if tests else ' '}] Add unit tests (`test/registered/unit/`).",
             "- [ ] Update documentation as needed (no user-facing option changes).",
             "- [ ] Provide throughput / latency benchmark results and accuracy evaluation results (not measured on MI355X).",
@@ -179,16 +181,21 @@ def _plain_runs(before: PlainRun, after: PlainRun, several: bool) -> list[str]:
             "", *_block(after), ""]
 
 
+PLAIN_WIDTH = 2 * OUTPUT_WIDTH  # a longer printed line is cut, and the body says so
+
+
 def _trim_note(run: PlainRun) -> str:
     shown, total = run.last_lines(PLAIN_LINES)
-    if len(shown) < total:
-        return f" (trimmed: the last {len(shown)} of its {total} lines)"
-    return f" (all {total} lines)" if total != 1 else " (its one line)"
+    said = (f"trimmed: the last {len(shown)} of its {total} lines" if len(shown) < total
+            else f"all {total} lines" if total != 1 else "its one line")
+    if any(len(line) > PLAIN_WIDTH for line in shown):
+        said += f"; long lines cut at {PLAIN_WIDTH} characters"
+    return f" ({said})"
 
 
 def _block(run: PlainRun) -> list[str]:
     shown, _ = run.last_lines(PLAIN_LINES)
-    return ["```", *(line[:OUTPUT_WIDTH * 2] for line in shown), "```"]
+    return ["```", *(line if len(line) <= PLAIN_WIDTH else line[:PLAIN_WIDTH - 4] + " ..." for line in shown), "```"]
 
 
 def _in_process(run: TestRun) -> list[str]:
