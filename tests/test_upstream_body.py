@@ -178,7 +178,7 @@ def test_a_command_that_ran_shows_its_own_before_and_after_and_replays_are_marke
             "again):") in flat
     assert "With the change it printed (all 5 lines):" in flat
     assert body.count("FAILED (failures=1)") == 1 and "\nOK\n```" in body
-    assert "The same tests run in-process, on CPU, as the verdicts here were judged:" in flat
+    assert "The verdicts here rest on the same tests run in-process, on CPU:" in flat
     assert ("without the change (replayed: a stored result of 2026-12-01T10:00:00Z, not run again): fails: 1 failed "
             "assertion(s) in 3 tests") in flat
     assert "with the change: passes: 3 passed" in flat
@@ -191,3 +191,36 @@ def test_a_printed_line_too_long_for_the_body_is_cut_and_said_so():
     body = upstream_body.render_body(MESSAGE, files=[], tests=["t.py"], run=run, matrix=[], hooks=None)
     assert "without the change it printed (its one line; long lines cut at 200 characters):" in " ".join(body.split())
     assert max(len(line) for line in body.splitlines()) <= upstream_body.PLAIN_WIDTH
+
+
+VERBOSE_REPORT = """check for broken symlinks............................(no files to check)Skipped
+- hook id: check-symlinks
+trim trailing whitespace.................................................Failed
+- hook id: trailing-whitespace
+- duration: 0.1s
+- exit code: 1
+- files were modified by this hook
+
+Fixing test/registered/unit/test_x.py
+
+codespell................................................................Failed
+- hook id: codespell
+- duration: 0.2s
+- exit code: 65
+
+test/registered/unit/test_x.py:6: recieve ==> receive
+fmt..................................................(no files to check)Skipped
+- hook id: fmt
+"""
+
+
+def test_pre_commits_verbose_report_is_read_hook_by_hook():
+    from sglpatch.upstream.upstream_precommit import parse_run, rewritten_lines
+
+    results = parse_run(VERBOSE_REPORT)
+    assert [(r.id, r.status, r.modified) for r in results] == [
+        ("check-symlinks", "Skipped", False), ("trailing-whitespace", "Failed", True), ("codespell", "Failed", False),
+        ("fmt", "Skipped", False)]
+    assert results[2].output == ["test/registered/unit/test_x.py:6: recieve ==> receive"]
+    # git diff -U0: a changed line counts, an insertion counts at the lines either side of it.
+    assert rewritten_lines("@@ -6 +6 @@\n-a  \n+a\n@@ -9,0 +10,2 @@\n+x\n+y\n") == {6, 9, 10}

@@ -341,7 +341,7 @@ def test_the_branch_sits_on_the_clones_later_commit_and_carries_the_patchs_test(
     assert without[-1] == "FAILED (failures=1)" and any("AssertionError: '#ifndef USE_ROCM' not found" in l for l in without)
     assert _block_after(body, "With the change it printed")[-1] == "OK"
     assert "(trimmed: the last 8 of its" in body
-    assert "The same tests run in-process, on CPU, as the verdicts here were judged:" in body
+    assert "The verdicts here rest on the same tests run in-process, on CPU:" in body
     assert "without the change: fails: test_kernel_rocm_guard.py: AssertionError: '#ifndef USE_ROCM' not found" in body
     assert "with the change: passes: 1 file(s) passed" in body
     assert "replayed" not in body
@@ -457,7 +457,7 @@ def test_a_file_in_no_pr_split_part_is_refused_in_one_line(fake_project, tmp_pat
 
 
 @pytest.mark.network
-def test_sglangs_pre_commit_hooks_refuse_a_misspelt_unformatted_line_and_pass_a_clean_one(fake_project, tmp_path,
+def test_without_a_clone_config_the_pinned_formatters_refuse_a_misspelt_unformatted_line_and_pass_a_clean_one(fake_project, tmp_path,
                                                                                              monkeypatch):
     from conftest import _import_with_this_python
     from sglpatch.rebase.trial import Trial
@@ -476,7 +476,7 @@ def test_sglangs_pre_commit_hooks_refuse_a_misspelt_unformatted_line_and_pass_a_
     with pytest.raises(SglpatchError) as refused:
         _export(fake_project.project, repo, tmp_path, hooks=True)
     lines = str(refused.value).splitlines()
-    assert lines[0].startswith("0001-guard.patch: sglang's pre-commit hooks refuse it")
+    assert lines[0].startswith("0001-guard.patch: the pre-commit hooks refuse it")
     assert f"black: {module}:5: would reformat this line" in lines
     assert any(line.startswith(f"codespell: {module}:6: recieve ==> receive") for line in lines)
     assert "sglpatch-upstream" not in git(repo, "branch")

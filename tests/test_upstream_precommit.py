@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from conftest import REAL_PINS, git
+from sglpatch.plumbing.errors import SglpatchError
 from sglpatch.sources import pristine_tree
 from sglpatch.upstream import upstream_hooks, upstream_precommit
 
@@ -113,3 +114,16 @@ def test_a_hook_repository_that_cannot_be_had_is_named_and_the_box_stays_empty(c
     assert ("lint-python NOT RUN, could not be installed here (only its git repository defines its hooks, and it is "
             "out of reach here)") in ran.said
     assert ran.console.startswith("incomplete (") and "not run: lint-python" in ran.console
+
+
+def test_a_config_pre_commit_cannot_read_is_refused_in_one_line_naming_it(clone):
+    repo, base = clone
+    git(repo, "checkout", "-q", "-B", "broken-config", base)
+    (repo / ".pre-commit-config.yaml").write_text("repos:\n  - repo: https://github.com/psf/black\n    hooks: nope\n")
+    broken = _commit(repo, "a config pre-commit refuses")
+    git(repo, "checkout", "-q", "main")
+    commit = _change(repo, broken, {TEST: CLEAN_TEST})
+    with pytest.raises(SglpatchError) as refused:
+        _hooks(repo, broken, commit)
+    assert str(refused.value).startswith(".pre-commit-config.yaml: pre-commit cannot read it: ")
+    assert "\n" not in str(refused.value)

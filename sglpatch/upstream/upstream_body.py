@@ -206,7 +206,7 @@ def _in_process(run: TestRun) -> list[str]:
     match = _DOUBLES_RE.search(detail)
     rests = _rests_on(match) if match else "on CPU"
     if all(r.ran_tests for r in (*run.plain_before, *run.plain_after)):
-        label = f"The same tests run in-process, {rests}, as the verdicts here were judged:"
+        label = f"The verdicts here rest on the same tests run in-process, {rests}:"
     else:
         label = (f"The command stopped before running the tests here, so the verdicts rest on the same test file run "
                  f"in-process, {rests}:")

@@ -109,7 +109,8 @@ def _helper(env_dir: Path, *args: str) -> str:
     done = run_tool([str(env_dir / "bin" / "python"), str(HELPER), *args], "reading .pre-commit-config.yaml",
                     120, env=pip_env())
     if done.returncode != 0:
-        raise SglpatchError(f"{CONFIG_NAME}: pre-commit cannot read it: {done.stderr.strip().splitlines()[-1:]}")
+        said = (done.stderr.strip() or done.stdout.strip() or "no output").splitlines()[-1]
+        raise SglpatchError(f"{CONFIG_NAME}: pre-commit cannot read it: {said}")
     return done.stdout
 
 
