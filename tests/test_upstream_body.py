@@ -224,3 +224,14 @@ def test_pre_commits_verbose_report_is_read_hook_by_hook():
     assert results[2].output == ["test/registered/unit/test_x.py:6: recieve ==> receive"]
     # git diff -U0: a changed line counts, an insertion counts at the lines either side of it.
     assert rewritten_lines("@@ -6 +6 @@\n-a  \n+a\n@@ -9,0 +10,2 @@\n+x\n+y\n") == {6, 9, 10}
+
+
+def test_what_a_command_printed_is_never_reworded_nor_refused_for_its_words():
+    printed = "Traceback (most recent call last):\nRuntimeError: the lock on pin 3 is held\n"
+    run = upstream_body.TestRun("python3 t.py", None, None, plain_before=(_plain(printed, 1),),
+                                plain_after=(_plain(printed, 1),))
+    body = upstream_body.render_body(MESSAGE, files=[], tests=["t.py"], run=run, matrix=[], hooks=None)
+    assert "RuntimeError: the lock on pin 3 is held" in body
+    with pytest.raises(SglpatchError, match="'lock' is this project's word"):
+        upstream_body.render_body(MESSAGE.replace("remap it.", "remap it under the lock."), files=[], tests=["t.py"],
+                                  run=run, matrix=[], hooks=None)
