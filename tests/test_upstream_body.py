@@ -7,6 +7,7 @@ import pytest
 
 from sglpatch.plumbing.errors import SglpatchError
 from sglpatch.upstream import upstream_body, upstream_split
+from sglpatch.upstream.upstream_plain_run import PlainRun
 from sglpatch.witnesses.results import BUG, CLEAN, WitnessResult
 
 MESSAGE = """Problem: the draft fails to load.
@@ -17,10 +18,16 @@ Fix: remap it.
 
 Testing: on CPU with gfx950 emulated.
 
+Related: builds on #30265 (the exact-name remap); https://github.com/sgl-project/sglang/issues/39779
+tracks the same lookup.
+
 Bench: serve it twice and measure:
 
     python -m sglang.benchmark.serving --backend sglang \\
         --max-concurrency 1"""
+
+
+HOOKS_RAN = upstream_body.HooksSaid("the repository's `.pre-commit-config.yaml`, every hook it lists", complete=True)
 
 
 def _run():
@@ -32,29 +39,34 @@ def _run():
 
 def test_the_body_has_the_templates_sections_filled_from_the_labelled_paragraphs():
     body = upstream_body.render_body(MESSAGE, files=["python/sglang/a.py"], tests=["test/registered/unit/test_x.py"],
-                                     run=_run(), matrix=["| 0.5.23 | bug [x] | clean [x] |"], hooks_clean=True)
+                                     run=_run(), matrix=["| 0.5.23 | bug [x] | clean [x] |"], hooks=HOOKS_RAN)
     sections = [line for line in body.splitlines() if line.startswith("## ")]
-    assert sections == ["## Motivation", "## Modifications", "## Accuracy Tests", "## Speed Tests and Profiling", "## Checklist"]
+    assert sections == ["## Motivation", "## Modifications", "## Related upstream work", "## Accuracy Tests",
+                        "## Speed Tests and Profiling", "## Checklist"]
     motivation, rest = body.split("## Modifications")
-    assert "The draft fails to load." in motivation and "The exclude list is not remapped." in motivation
-    assert "Remap it." in rest.split("## Accuracy Tests")[0]
+    assert "the draft fails to load." in motivation and "the exclude list is not remapped." in motivation
+    assert "remap it." in rest.split("## Related upstream work")[0]
+    related = rest.split("## Related upstream work\n\n")[1].split("\n\n## ")[0]
+    assert related.split() == "builds on #30265 (the exact-name remap); #39779 tracks the same lookup.".split()
     assert "```bash\npython -m sglang.benchmark.serving --backend sglang \\\n    --max-concurrency 1\n```" in body
     assert "| 0.5.23 | fails [x] | passes [x] |" in body
-    assert "Not measured on MI355X." in body and "- [x] Add unit tests" in body and "- [x] Format your code" in body
+    assert "Not measured on MI355X." in body and "- [x] Add unit tests" in body
+    checklist = " ".join(body.split("## Checklist")[1].split())
+    assert f"- [x] Format your code according to pre-commit ({HOOKS_RAN.said})." in checklist
 
 
 def test_a_checks_long_output_is_shown_short_and_in_upstreams_words():
-    body = upstream_body.render_body(MESSAGE, files=[], tests=[], run=_run(), matrix=[], hooks_clean=False)
+    body = upstream_body.render_body(MESSAGE, files=[], tests=[], run=_run(), matrix=[], hooks=None)
     fenced = body.split("Without the change it fails:\n\n```\n")[1].split("```")[0].splitlines()
     assert len(fenced) == upstream_body.OUTPUT_LINES and fenced[-1].startswith("... (")
     assert max(len(line) for line in body.splitlines() if not line.startswith("- [")) <= upstream_body.OUTPUT_WIDTH
-    assert "stand-in" not in body and "- [ ] Format your code" in body
+    assert "stand-in" not in body and "- [ ] Format your code according to pre-commit (not run)." in body
 
 
 @pytest.mark.parametrize("word", ["witness", "rendition", "pin", "stand-in", "lock", "sglpatch", "nox"])
 def test_a_body_in_this_projects_words_is_refused(word):
     with pytest.raises(SglpatchError, match=f"'{word}' is this project's word"):
-        upstream_body.render_body(f"Problem: the {word} says so.", files=[], tests=[], run=None, matrix=[], hooks_clean=True)
+        upstream_body.render_body(f"Problem: the {word} says so.", files=[], tests=[], run=None, matrix=[], hooks=HOOKS_RAN)
 
 
 SPLIT = """Two things.
@@ -101,3 +113,125 @@ def test_what_a_cpu_run_rested_on_is_said_in_plain_words():
                                       "sgl_kernel; called: none]")
     assert " ".join(said) == ("3 passed (test_x.py 3 run) (on CPU with gfx950 emulated and test doubles for aiter, "
                               "sgl_kernel (none of them called))")
+
+
+def test_no_paragraph_is_re_cased_a_name_or_a_path_stays_as_written():
+    message = ("Problem: parse_connector_type(\"s3://bucket\") returns the scheme only.\n\n"
+               "Testing: test/registered/unit/utils/test_connector.py fails before, passes after.\n\nRelated: none.")
+    parts = upstream_body.paragraphs(message)
+    assert parts["Problem"] == ['parse_connector_type("s3://bucket") returns the scheme only.']
+    assert parts["Testing"] == ["test/registered/unit/utils/test_connector.py fails before, passes after."]
+    body = upstream_body.render_body(message, files=[], tests=[], run=None, matrix=[], hooks=None)
+    assert "Parse_connector_type" not in body and "Test/registered" not in body
+
+
+def test_a_message_without_related_work_is_refused_in_one_line_naming_it():
+    with pytest.raises(SglpatchError, match=r"^0002-x.patch \(fp8\): its message has no 'Related:' paragraph"):
+        upstream_body.require_related("0002-x.patch (fp8)", "Problem: a.\n\nFix: b.\n\nTesting: c.")
+    upstream_body.require_related("0002-x.patch", MESSAGE)
+
+
+def _plain(output: str, code: int, replayed: str = "") -> PlainRun:
+    return PlainRun("python3 test/registered/unit/test_x.py", code, output, "Python 3.11, torch 2.13.0+cpu", replayed)
+
+
+IMPORT_ERROR = "\n".join([f"  File \"python/sglang/m{n}.py\", line {n}, in <module>" for n in range(20)]
+                         + ["ModuleNotFoundError: No module named 'torchvision'"]) + "\n"
+
+
+def test_what_the_command_printed_is_shown_trimmed_and_said_so_with_the_emulated_run_labelled_apart():
+    run = upstream_body.TestRun("python3 test/registered/unit/test_x.py",
+                                WitnessResult("t", BUG, "unittest gfx950", "1 failed assertion(s) in 3 tests (test_x.py 3 run): "
+                                              "T.test_a: AssertionError: 'bfloat16' != 'fp8_e4m3' [doubles: emulated "
+                                              "gfx950 node; stand-ins torchvision, sgl_kernel; called: none]"),
+                                WitnessResult("t", CLEAN, "unittest gfx950", "3 passed (test_x.py 3 run) [doubles: emulated "
+                                              "gfx950 node; stand-ins torchvision, sgl_kernel; called: none]"),
+                                plain_before=(_plain(IMPORT_ERROR, 1),), plain_after=(_plain(IMPORT_ERROR, 1),))
+    body = upstream_body.render_body(MESSAGE, files=[], tests=["test/registered/unit/test_x.py"], run=run, matrix=[],
+                                     hooks=HOOKS_RAN)
+    said = " ".join(body.split("```bash\npython3 test/registered/unit/test_x.py\n```\n\n")[1].split("\n\n```")[0].split())
+    assert said == ("Run as shown from the repository root on a CPU-only machine (Python 3.11, torch 2.13.0+cpu; "
+                    "`python/` on `PYTHONPATH` in place of `pip install -e python`), it printed the same without and "
+                    "with the change (trimmed: the last 8 of its 21 lines):")
+    shown = body.split(said.split()[-1] + "\n\n```\n")[1].split("\n```")[0].splitlines()
+    assert shown == IMPORT_ERROR.splitlines()[-8:] and shown[-1] == "ModuleNotFoundError: No module named 'torchvision'"
+    label = ("The command stopped before running the tests here, so the verdicts rest on the same test file run "
+             "in-process, on CPU with gfx950 emulated and test doubles for torchvision, sgl_kernel (none of them called):")
+    assert label in " ".join(body.split())
+    assert "without the change: fails: 1 failed assertion(s) in 3 tests" in body
+    assert "with the change: passes: 3 passed (test_x.py 3 run)" in body and "[doubles" not in body
+
+
+def test_a_command_that_ran_shows_its_own_before_and_after_and_replays_are_marked():
+    failed = "F..\n" + "-" * 70 + "\nRan 3 tests in 0.010s\n\nFAILED (failures=1)\n"
+    passed = "...\n" + "-" * 70 + "\nRan 3 tests in 0.010s\n\nOK\n"
+    run = upstream_body.TestRun("python3 test/registered/unit/test_x.py",
+                                WitnessResult("t", BUG, "unittest", "1 failed assertion(s) in 3 tests",
+                                              replayed="answer stored 2026-12-01T10:00:00Z"),
+                                WitnessResult("t", CLEAN, "unittest", "3 passed"),
+                                plain_before=(_plain(failed, 1, "a stored run of 2026-12-01 10:00 UTC"),),
+                                plain_after=(_plain(passed, 0),))
+    assert run.plain_before[0].ran_tests and not run.plain_before[0].passed and run.plain_after[0].passed
+    body = upstream_body.render_body(MESSAGE, files=[], tests=["t.py"], run=run, matrix=[], hooks=None)
+    flat = " ".join(body.split())
+    assert ("without the change it printed (all 5 lines) (replayed: a stored result of 2026-12-01 10:00 UTC, not run "
+            "again):") in flat
+    assert "With the change it printed (all 5 lines):" in flat
+    assert body.count("FAILED (failures=1)") == 1 and "\nOK\n```" in body
+    assert "The verdicts here rest on the same tests run in-process, on CPU:" in flat
+    assert ("without the change (replayed: a stored result of 2026-12-01T10:00:00Z, not run again): fails: 1 failed "
+            "assertion(s) in 3 tests") in flat
+    assert "with the change: passes: 3 passed" in flat
+
+
+def test_a_printed_line_too_long_for_the_body_is_cut_and_said_so():
+    long = "AssertionError: " + "x" * 400
+    run = upstream_body.TestRun("python3 t.py", None, None, plain_before=(_plain(long + "\n", 1),),
+                                plain_after=(_plain("OK\n", 0),))
+    body = upstream_body.render_body(MESSAGE, files=[], tests=["t.py"], run=run, matrix=[], hooks=None)
+    assert "without the change it printed (its one line; long lines cut at 200 characters):" in " ".join(body.split())
+    assert max(len(line) for line in body.splitlines()) <= upstream_body.PLAIN_WIDTH
+
+
+VERBOSE_REPORT = """check for broken symlinks............................(no files to check)Skipped
+- hook id: check-symlinks
+trim trailing whitespace.................................................Failed
+- hook id: trailing-whitespace
+- duration: 0.1s
+- exit code: 1
+- files were modified by this hook
+
+Fixing test/registered/unit/test_x.py
+
+codespell................................................................Failed
+- hook id: codespell
+- duration: 0.2s
+- exit code: 65
+
+test/registered/unit/test_x.py:6: recieve ==> receive
+fmt..................................................(no files to check)Skipped
+- hook id: fmt
+"""
+
+
+def test_pre_commits_verbose_report_is_read_hook_by_hook():
+    from sglpatch.upstream.upstream_precommit import parse_run, rewritten_lines
+
+    results = parse_run(VERBOSE_REPORT)
+    assert [(r.id, r.status, r.modified) for r in results] == [
+        ("check-symlinks", "Skipped", False), ("trailing-whitespace", "Failed", True), ("codespell", "Failed", False),
+        ("fmt", "Skipped", False)]
+    assert results[2].output == ["test/registered/unit/test_x.py:6: recieve ==> receive"]
+    # git diff -U0: a changed line counts, an insertion counts at the lines either side of it.
+    assert rewritten_lines("@@ -6 +6 @@\n-a  \n+a\n@@ -9,0 +10,2 @@\n+x\n+y\n") == {6, 9, 10}
+
+
+def test_what_a_command_printed_is_never_reworded_nor_refused_for_its_words():
+    printed = "Traceback (most recent call last):\nRuntimeError: the lock on pin 3 is held\n"
+    run = upstream_body.TestRun("python3 t.py", None, None, plain_before=(_plain(printed, 1),),
+                                plain_after=(_plain(printed, 1),))
+    body = upstream_body.render_body(MESSAGE, files=[], tests=["t.py"], run=run, matrix=[], hooks=None)
+    assert "RuntimeError: the lock on pin 3 is held" in body
+    with pytest.raises(SglpatchError, match="'lock' is this project's word"):
+        upstream_body.render_body(MESSAGE.replace("remap it.", "remap it under the lock."), files=[], tests=["t.py"],
+                                  run=run, matrix=[], hooks=None)

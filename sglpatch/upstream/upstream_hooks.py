@@ -46,9 +46,15 @@ class Finding:
 
 
 def hooks_env() -> Path:
-    """The venv holding the pinned tools (made on first use, under a lock; a failed install leaves nothing)."""
-    key = hashlib.sha256(f"{sys.version_info[:2]}|{'|'.join(TOOLS)}".encode()).hexdigest()[:16]
-    final = cache.cache_root() / "upstream-hooks" / key
+    """The venv holding the pinned tools."""
+    return tool_env(TOOLS, "", "sglang's pre-commit tools")
+
+
+def tool_env(requirements: tuple[str, ...], prefix: str, what: str) -> Path:
+    """A venv in the cache holding ``requirements`` from the package index (made on first use,
+    under a lock; a failed install leaves nothing)."""
+    key = hashlib.sha256(f"{sys.version_info[:2]}|{'|'.join(requirements)}".encode()).hexdigest()[:16]
+    final = cache.cache_root() / "upstream-hooks" / f"{prefix}{key}"
     python = final / "bin" / "python"
     if python.exists():
         return final
@@ -58,11 +64,11 @@ def hooks_env() -> Path:
             return final
         cache.remove(final)
         venv.EnvBuilder(with_pip=True).create(final)
-        done = run_tool([str(python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check", *TOOLS],
-                        "pip install of sglang's pre-commit tools", INSTALL_TIMEOUT_S, env=pip_env())
+        done = run_tool([str(python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check", *requirements],
+                        f"pip install of {what}", INSTALL_TIMEOUT_S, env=pip_env())
         if done.returncode != 0:
             cache.remove(final)
-            raise SglpatchError(f"could not install sglang's pre-commit tools ({', '.join(TOOLS)}): {done.stderr.strip()[-400:]}")
+            raise SglpatchError(f"could not install {what} ({', '.join(requirements)}): {done.stderr.strip()[-400:]}")
     return final
 
 
@@ -116,13 +122,13 @@ def _formatter(env_dir: Path, name: str, args: list[str], tree: Path, path: str,
     done = run_tool([_tool(env_dir, name), *args, path], f"{name} on {path}", TOOL_TIMEOUT_S, cwd=tree, env=declared_env())
     if done.returncode == 0:
         return []
-    touched = _diff_old_lines(done.stdout)
+    touched = diff_old_lines(done.stdout)
     if not touched:
         return [Finding(name, path, 0, (done.stderr or done.stdout).strip().splitlines()[-1][:200] if (done.stderr or done.stdout).strip() else "failed")]
     return [Finding(name, path, line, "would reformat this line") for line in sorted(touched) if mine(line)]
 
 
-def _diff_old_lines(diff: str) -> set[int]:
+def diff_old_lines(diff: str) -> set[int]:
     """The original file's lines a formatter's unified diff changes (an insertion counts at the
     lines either side of it)."""
     touched: set[int] = set()

@@ -1,32 +1,33 @@
 """Preparing one patch as upstream pull requests: per pull request a commit on the base (the
 patch's regression tests added), its branch, the mbox, and the title and body in sglang's template
-(``upstream_body``); one pull request per ``PR-Split`` part (``upstream_split``); sglang's own
-pre-commit hooks on what each adds (``upstream_hooks``).
+(``upstream_body``); one pull request per ``PR-Split`` part (``upstream_split``); the pre-commit
+hooks on what each adds: the clone's own ``.pre-commit-config.yaml`` with the real pre-commit
+(``upstream_precommit``), else sglang's pinned formatters (``upstream_hooks``); the commit and
+branch themselves in ``upstream_commit``.
 
 The base is a pin (default: the newest; its files have no upstream history, so the mbox is meant
 for ``git am`` on a clone) or a ref in the user's clone of sglang, onto which the patch is ported
-with ``rebase``'s cascade and judge. Each pull request shows its own regression tests' run (the
-``upstream-test`` witness bound to that part's files): failing on the base, passing on its commit.
-The export refuses, with the reason, a patch that is already upstream there (it reverse-applies)
-or not needed there (its witness passes on the base), a test that passes without the change or
-fails with it, and any check that could not run; it leaves no branch or file when it refuses.
+with ``rebase``'s cascade and judge. Each pull request shows its own regression test's command and
+what that command printed, run as shown in the release's CPU Python on the base and on its commit
+(``upstream_plain_run``), and beside it the in-process run on the emulated box (the
+``upstream-test`` witness bound to that part's files) that the export judges by: failing on the
+base, passing on its commit. The export refuses, with the reason, a message without its
+``Related:`` paragraph, a test that passes without the change or fails with it (in either run),
+and any check that could not run; a patch that is already upstream there (it reverse-applies) or
+not needed there (its check passes on the base) is nothing to send (``NothingToSend``). It leaves
+no branch or file when it refuses.
 """
 
 from __future__ import annotations
 
 import json
 import re
-import shutil
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import SimpleNamespace
 
 from sglpatch.apply.checkouts import checkout_commit
-from sglpatch.plumbing.errors import SglpatchError
-from sglpatch.plumbing.gitcmd import IDENTITY_EMAIL, IDENTITY_NAME, git_out, run_git
-from sglpatch.sources import pristine_tree
-from sglpatch.upstream import upstream_body, upstream_hooks, upstream_split
 from sglpatch.apply.index_apply import (
     add_tests_to_index,
     apply_to_index,
@@ -38,19 +39,29 @@ from sglpatch.apply.index_apply import (
 )
 from sglpatch.apply.outcomes import Outcome
 from sglpatch.apply.tree_repo import ensure_tree_repo
-from sglpatch.plumbing.processes import run_tool, user_git_env
+from sglpatch.plumbing.errors import SglpatchError
+from sglpatch.plumbing.gitcmd import git_out, run_git
 from sglpatch.rebase.hand_port import prepare_hand_port
 from sglpatch.rebase.patch import Writes, rebase_patch
 from sglpatch.rebase.trial import Trial
-from sglpatch.series.patches import METADATA_TRAILERS, PatchFile, SeriesPatch
+from sglpatch.series.patches import PatchFile, SeriesPatch
+from sglpatch.sources import pristine_tree
+from sglpatch.upstream import upstream_body, upstream_hooks, upstream_plain_run, upstream_precommit, upstream_split
+from sglpatch.upstream.upstream_commit import (
+    BRANCH_PREFIX,
+    branch_name,
+    commit_tree,
+    message_without_trailers,
+    set_branch,
+    upstream_commit,
+)
 from sglpatch.witnesses import answer_cache, registry
 from sglpatch.witnesses.results import BUG, CLEAN, UNAVAILABLE, WitnessResult
 from sglpatch.witnesses.upstream_test import UpstreamTestWitness
 
-BRANCH_PREFIX = "sglpatch-upstream/"
-GH_TIMEOUT_S = 300
-UPSTREAM_REPO = "sgl-project/sglang"
-UPSTREAM_BASE = "main"
+
+class NothingToSend(SglpatchError):
+    """The base already has the change, or does not need it: no pull request to make (not a failure)."""
 
 
 @dataclass(frozen=True)
@@ -63,8 +74,9 @@ class Export:
     title: str
     part: str = ""
     tests: tuple[str, ...] = ()
-    hooks: str = ""  # what sglang's pre-commit hooks said, one line
+    hooks: str = ""  # what the pre-commit hooks said, one line
     base_commit: str = ""
+    notes: tuple[str, ...] = field(default=())  # for the person running the export, not the body
 
 
 def export(
@@ -84,9 +96,9 @@ def export(
 
     On a pin the change applies as ``apply`` applies it; on a ref of the user's clone
     (``base_repo``) it is ported with ``rebase``'s cascade and judge, and where none is accepted
-    the export is refused with the hand-port tree. sglang's own pre-commit hooks (``hooks``) run on
-    what each commit adds; a finding refuses the export. Returns the exports, in part order; a
-    refused export leaves no branch and no file."""
+    the export is refused with the hand-port tree. The pre-commit hooks (``hooks``) run on what
+    each commit adds; a finding refuses the export. Returns the exports, in part order; a refused
+    export leaves no branch and no file."""
     series = project.series()
     patch = series.get(patch_name)
     pins = project.pins()
@@ -99,8 +111,6 @@ def export(
             ensure_tree_repo(repo, pristine)
             base_commit, label = pristine.commit, f"sglang {pin.version}"
             rendition = _rendition(patch, pin.version, repo, base_commit)
-            checks = registry.witnesses_for(patch, rendition)
-            tree = _apply_on_pin(patch, rendition, repo, base_commit, pins, pin.version, label)
         else:
             repo = Path(base_repo)
             base_commit = git_out(["rev-parse", "--verify", f"{base or 'HEAD'}^{{commit}}"], repo)
@@ -108,18 +118,24 @@ def export(
             # compiles against) is the closest description of a current checkout.
             pin, label = pins.newest, f"{base or 'HEAD'} ({base_commit[:12]}) of {repo}"
             rendition = _rendition(patch, None, repo, base_commit)
-            checks = registry.witnesses_for(patch, rendition)
+        message = message_without_trailers(rendition)
+        parts = upstream_split.pr_parts(patch.name, rendition.subject, message, rendition.trailers,
+                                        preimage_or_new_paths(rendition.diff_text), [t.path for t in patch.tests])
+        chosen = upstream_split.select_parts(patch.name, parts, part)
+        checks = registry.witnesses_for(patch, rendition)
+        if base_repo is None:
+            tree = _apply_on_pin(patch, rendition, repo, base_commit, pins, pin.version, label)
+        else:
             tree = port_onto_ref(project, patch, repo, base_commit, pin, label, Path(scratch))
+        for one in chosen:
+            upstream_body.require_related(patch.name + (f" ({one.name})" if one.name else ""), one.text)
         tested = _Checks(patch.name, label, repo, base_commit, pin, Path(scratch))
         # The patch's own witness (where it has one besides its tests) is a further check on the
         # whole change: needed on the base, gone with the change.
         own = next((w for w in checks if not isinstance(w, UpstreamTestWitness)), None)
         own_run = tested.fails_then_passes(own, commit_tree(repo, tree, base_commit, "whole change")) if own else None
         regression = next((w for w in checks if isinstance(w, UpstreamTestWitness)), None)
-        message = message_without_trailers(rendition)
-        parts = upstream_split.pr_parts(patch.name, rendition.subject, message, rendition.trailers,
-                                        preimage_or_new_paths(rendition.diff_text), [t.path for t in patch.tests])
-        chosen = upstream_split.select_parts(patch.name, parts, part)
+        matrix, matrix_note = _matrix_results(project, patch.name)
         planned = []
         for one in chosen:
             files = [p for p in changed_paths(repo, base_commit, tree) if one.carries(p)]
@@ -127,39 +143,66 @@ def export(
             part_tree = _part_tree(repo, base_commit, tree, files, own_tests, Path(scratch) / f"index-{one.name or 'all'}")
             text = one.text if one.name else message
             commit = upstream_commit(repo, rendition, part_tree, base_commit, signoff=signoff, title=one.title, text=text)
-            findings = upstream_hooks.run_hooks(repo, base_commit, commit) if hooks else []
+            branch = branch_name(patch.stem, one.name)
+            findings, said, hooks_line = _hooks(repo, base_commit, commit, branch, base_repo is not None) if hooks else (
+                [], None, "not run")
             if findings:
                 raise SglpatchError(
-                    f"{patch.name}{' ' + one.name if one.name else ''}: sglang's pre-commit hooks refuse it "
+                    f"{patch.name}{' ' + one.name if one.name else ''}: the pre-commit hooks refuse it "
                     f"({len(findings)} finding(s)):\n" + "\n".join(str(f) for f in findings)
                 )
-            run = _shown_run(tested, regression, own_tests, own, own_run, commit, [p.title for p in parts if p is not one])
-            planned.append((one, files, [t.path for t in own_tests], commit, run))
+            others = [p.title for p in parts if p is not one]
+            run = _shown_run(tested, regression, own_tests, own, own_run, commit, others)
+            # The releases' table comes from ``apply``, which runs the whole patch: say so for a part.
+            title = (f"The check on released sglang versions, run on the whole change (this pull request together "
+                     f"with {'; '.join(others)}), without / with it:") if others else upstream_body.MATRIX_TITLE
+            body = upstream_body.render_body(text, files=[f for f in files if f not in {t.path for t in own_tests}],
+                                             tests=[t.path for t in own_tests], run=run, matrix=matrix, hooks=said,
+                                             matrix_title=title)
+            if range_diff:
+                body += f"\n## Changes since the previous version of this series\n\n```\n{range_diff.rstrip()}\n```\n"
+            notes = tuple(n for n in (matrix_note, _replays(run)) if n)
+            planned.append((one, branch, [t.path for t in own_tests], commit, body, hooks_line, notes))
     exports = []
-    for one, files, own_tests, commit, run in planned:
-        stem = patch.stem + (f"-{one.name}" if one.name else "")
-        branch = BRANCH_PREFIX + stem
-        _set_branch(repo, branch, commit)
-        folder = (out or project.build_dir / "upstream") / stem
+    for one, branch, own_tests, commit, body, hooks_line, notes in planned:
+        set_branch(repo, branch, commit)
+        folder = (out or project.build_dir / "upstream") / branch.removeprefix(BRANCH_PREFIX)
         folder.mkdir(parents=True, exist_ok=True)
-        mbox = folder / f"{stem}.mbox"
+        mbox = folder / f"{folder.name}.mbox"
         mbox.write_bytes(run_git(["format-patch", "-1", "--stdout", commit], repo).stdout)
-        hooks_line = "clean (isort, black, codespell, clang-format)" if hooks else "not run"
-        others = [p.title for p in parts if p is not one]
-        # The releases' table comes from ``apply``, which runs the whole patch: say so for a part.
-        title = (f"The check on released sglang versions, run on the whole change (this pull request together with "
-                 f"{'; '.join(others)}), without / with it:") if others else upstream_body.MATRIX_TITLE
-        body = upstream_body.render_body(one.text if one.name else message, files=[f for f in files if f not in own_tests],
-                                         tests=own_tests, run=run, matrix=_matrix_results(project, patch.name),
-                                         hooks_clean=hooks, matrix_title=title)
-        if range_diff:
-            body += f"\n## Changes since the previous version of this series\n\n```\n{range_diff.rstrip()}\n```\n"
         body_path = folder / "PR.md"
-        body_path.write_text(f"{body}")
+        body_path.write_text(body)
         (folder / "TITLE").write_text(one.title + "\n")
         exports.append(Export(branch=branch, repo=repo, commit=commit, mbox=mbox, body=body_path, title=one.title,
-                              part=one.name, tests=tuple(own_tests), hooks=hooks_line, base_commit=base_commit))
+                              part=one.name, tests=tuple(own_tests), hooks=hooks_line, base_commit=base_commit,
+                              notes=notes))
     return exports
+
+
+def _hooks(repo: Path, base_commit: str, commit: str, branch: str, clone: bool):
+    """The findings on what ``commit`` adds, what the body says of the hooks, and the console's
+    line: the clone's own config with pre-commit where the base is a clone that has one, else
+    the formatters at the versions sglang's config pins (the body says which)."""
+    targets = upstream_hooks.changed_lines(repo, base_commit, commit)
+    has_config = clone and not run_git(["cat-file", "-e", f"{commit}:{upstream_precommit.CONFIG_NAME}"], repo,
+                                       check=False).returncode
+    if has_config:
+        ran = upstream_precommit.run_clone_hooks(repo, base_commit, commit, branch, targets)
+        return ran.findings, upstream_body.HooksSaid(ran.said, ran.complete), ran.console
+    findings = upstream_hooks.run_hooks(repo, base_commit, commit)
+    why = f"the base has no `{upstream_precommit.CONFIG_NAME}`" if clone else "no clone of the repository was given"
+    said = (f"isort, black, codespell and clang-format at the versions sglang's `{upstream_precommit.CONFIG_NAME}` "
+            f"names, on the lines this PR changes; its other hooks not run: {why}")
+    return findings, upstream_body.HooksSaid(said, complete=False), "clean (isort, black, codespell, clang-format " \
+        f"at sglang's pinned versions; the config's other hooks not run: {why.replace('`', '')})"
+
+
+def _replays(run) -> str:
+    """A line for the console where the body shows results that were not run again."""
+    if run is None:
+        return ""
+    stored = [r for r in (run.before, run.after, *run.plain_before, *run.plain_after) if r is not None and r.replayed]
+    return f"{len(stored)} of the results shown were replayed from stored runs (marked so in the body)" if stored else ""
 
 
 @dataclass
@@ -189,12 +232,39 @@ class _Checks:
             raise SglpatchError(f"{self.patch}: {name} passes without the change at {self.label} ({before.detail}), "
                                 "so it shows no bug there; a pull request's test must fail before it")
         if before.state == CLEAN:
-            raise SglpatchError(f"{self.patch}: not needed at {self.label}: {name} already passes there ({before.detail})")
+            raise NothingToSend(f"{self.patch}: not needed at {self.label}: {name} already passes there ({before.detail}); "
+                                "nothing to send")
         self._ran(name, before)
         after = self.on(check, commit)
         if after.state == BUG:
             raise SglpatchError(f"{self.patch}: {name} still fails with the change at {self.label}: {after.detail}")
         self._ran(name, after)
+        return before, after
+
+    def plain_runs(self, tests, commit: str) -> tuple[tuple, tuple]:
+        """Each test file's command, ``python3 PATH``, run as shown in the release's CPU Python on
+        the base with the test files added and on ``commit``; refused where the command ran the
+        tests and they passed without the change or failed with it."""
+        try:
+            interpreter = upstream_plain_run.release_interpreter(self.pin)
+        except SglpatchError as exc:
+            raise SglpatchError(f"{self.patch}: the release's CPU Python cannot be had ({exc}); a pull request must "
+                                "say how it was tested, so nothing was exported") from None
+        index = Path(tempfile.mkdtemp(dir=self.scratch, prefix="index-")) / "index"
+        with_tests = _part_tree(self.repo, self.base_commit, commit, [], tests, index)
+        base = commit_tree(self.repo, with_tests, self.base_commit, "the tests alone")
+        paths = [t.path for t in tests if t.path.endswith(".py")]
+        before = tuple(upstream_plain_run.run_tests(self.repo, base, paths, interpreter, self.scratch))
+        after = tuple(upstream_plain_run.run_tests(self.repo, commit, paths, interpreter, self.scratch))
+        for run in before:
+            if run.passed:
+                raise SglpatchError(f"{self.patch}: its regression test, run as `{run.command}`, passes without the "
+                                    f"change at {self.label}; a pull request's test must fail before it")
+        for run in after:
+            if run.ran_tests and not run.passed:
+                last = (run.last_lines(1)[0] or [""])[-1]
+                raise SglpatchError(f"{self.patch}: its regression test, run as `{run.command}`, fails with the change "
+                                    f"at {self.label}: {last}")
         return before, after
 
     def _ran(self, name: str, result: WitnessResult) -> None:
@@ -213,8 +283,9 @@ def _shown_run(tested: _Checks, regression, tests, own, own_run, commit: str, ot
         check = type(regression)(regression.stem, tuple(tests))
         names = ", ".join(Path(t.path).name for t in tests)
         before, after = tested.fails_then_passes(check, commit, f"its regression test ({names})")
+        plain_before, plain_after = tested.plain_runs(tests, commit)
         return upstream_body.TestRun("\n".join(f"python3 {t.path}" for t in tests if t.path.endswith(".py")),
-                                     before, after)
+                                     before, after, plain_before=plain_before, plain_after=plain_after)
     if own_run is None:
         return None
     before, after = own_run
@@ -230,7 +301,7 @@ def _apply_on_pin(patch, rendition: PatchFile, repo: Path, base_commit: str, pin
         run_git(["read-tree", base_commit], repo, env=env)
         exact = check_exact(repo, env, rendition.diff_text)
         if not exact.applies and reverse_applies(repo, env, rendition.diff_text):
-            raise SglpatchError(f"{patch.name}: already upstream at {label} (the patch reverse-applies); nothing to send")
+            raise NothingToSend(f"{patch.name}: already upstream at {label} (the patch reverse-applies); nothing to send")
         if exact.applies:
             return apply_to_index(repo, env, rendition.diff_text)
         merged = three_way_to_index(repo, env, rendition.diff_text, made_on(rendition, pins.pins, version))
@@ -255,10 +326,10 @@ def port_onto_ref(project, patch: SeriesPatch, repo: Path, base_commit: str, pin
         run_git(["fetch", "--quiet", "--no-tags", "--no-write-fetch-head", str(trial.repo), "refs/heads/sglpatch-port"], repo)
         return tree
     if outcome.verdict == Outcome.ALREADY_UPSTREAM:
-        raise SglpatchError(f"{patch.name}: already upstream at {label} ({outcome.detail}); nothing to send")
+        raise NothingToSend(f"{patch.name}: already upstream at {label} ({outcome.detail}); nothing to send")
     if outcome.verdict == Outcome.FIXED_UPSTREAM:
-        raise SglpatchError(f"{patch.name}: not needed at {label}: witness {outcome.witness} already passes there "
-                            f"({outcome.witness_before}); {outcome.detail}")
+        raise NothingToSend(f"{patch.name}: not needed at {label}: witness {outcome.witness} already passes there "
+                            f"({outcome.witness_before}); {outcome.detail}; nothing to send")
     if outcome.verdict == Outcome.WITNESS_UNAVAILABLE:
         raise SglpatchError(f"{patch.name}: the witness could not run at {label} ({outcome.detail}); "
                             "a pull request must say how it was tested, so nothing was exported")
@@ -267,12 +338,6 @@ def port_onto_ref(project, patch: SeriesPatch, repo: Path, base_commit: str, pin
         raise SglpatchError(f"{patch.name}: no port onto {label} is accepted ({outcome.detail}); "
                             f"finish it by hand in {prepared}")
     raise SglpatchError(f"{patch.name}: cannot be ported onto {label}: {outcome.verdict}: {outcome.detail}")
-
-
-def commit_tree(repo: Path, tree: str, parent: str, message: str) -> str:
-    env = {"GIT_AUTHOR_NAME": IDENTITY_NAME, "GIT_AUTHOR_EMAIL": IDENTITY_EMAIL,
-           "GIT_COMMITTER_NAME": IDENTITY_NAME, "GIT_COMMITTER_EMAIL": IDENTITY_EMAIL}
-    return git_out(["commit-tree", tree, "-p", parent], repo, env=env, input=message.encode())
 
 
 def changed_paths(repo: Path, base: str, tree: str) -> list[str]:
@@ -299,73 +364,6 @@ def _part_tree(repo: Path, base: str, whole: str, files: list[str], tests, index
     return add_tests_to_index(repo, env, tests)
 
 
-def upstream_commit(repo: Path, rendition: PatchFile, tree: str, parent: str, *, signoff: bool = False,
-                    title: str | None = None, text: str | None = None) -> str:
-    """``tree`` committed on ``parent`` with the patch's message minus our metadata trailers.
-
-    The author is the patch's, unless that is sglpatch's own placeholder identity; then, as the
-    committer, it is the user's git identity in ``repo`` (their config), where git has one."""
-    fields = _mail_fields(repo, rendition)
-    user = _user_identity(repo)
-    author = (fields.get("Author", ""), fields.get("Email", ""))
-    if author[1] == IDENTITY_EMAIL and user is not None:
-        author = user
-    committer = user or (IDENTITY_NAME, IDENTITY_EMAIL)
-    message = f"{title or rendition.subject}\n\n{text if text is not None else message_without_trailers(rendition)}\n"
-    if signoff:
-        if user is None:
-            raise SglpatchError(f"{repo}: -s needs your git identity (git config user.name and user.email)")
-        message = message.rstrip("\n") + f"\n\nSigned-off-by: {user[0]} <{user[1]}>\n"
-    env = {
-        "GIT_AUTHOR_NAME": author[0],
-        "GIT_AUTHOR_EMAIL": author[1],
-        "GIT_AUTHOR_DATE": fields.get("Date", ""),
-        "GIT_COMMITTER_NAME": committer[0],
-        "GIT_COMMITTER_EMAIL": committer[1],
-        "GIT_COMMITTER_DATE": fields.get("Date", ""),
-    }
-    return git_out(["commit-tree", tree, "-p", parent], repo, env=env, input=message.encode())
-
-
-def _mail_fields(repo: Path, rendition: PatchFile) -> dict[str, str]:
-    info = run_git(["mailinfo", "/dev/null", "/dev/null"], repo, input=rendition.raw).stdout.decode()
-    return dict(line.split(": ", 1) for line in info.splitlines() if ": " in line)
-
-
-def _user_identity(repo: Path) -> tuple[str, str] | None:
-    """The user's name and email as their own git configuration gives them in ``repo``."""
-    values = []
-    for key in ("user.name", "user.email"):
-        try:
-            done = run_tool(["git", "config", "--get", key], f"git config {key} in {repo}", 60, cwd=repo,
-                            env=user_git_env())
-        except SglpatchError:
-            return None
-        if done.returncode != 0 or not done.stdout.strip():
-            return None
-        values.append(done.stdout.strip())
-    return values[0], values[1]
-
-
-def _set_branch(repo: Path, branch: str, commit: str) -> None:
-    """Create ``branch`` at ``commit``; an existing one is left alone unless it holds the same change."""
-    ref = f"refs/heads/{branch}"
-    existing = run_git(["rev-parse", "--verify", "--quiet", ref], repo, check=False).stdout.decode().strip()
-    if existing == commit:
-        return
-    if existing:
-        same = git_out(["rev-parse", f"{existing}^{{tree}}", f"{existing}^"], repo, check=False).split() == git_out(
-            ["rev-parse", f"{commit}^{{tree}}", f"{commit}^"], repo
-        ).split()
-        if not same:
-            raise SglpatchError(
-                f"{repo}: branch {branch} already exists at {existing[:12]} with other content; it is yours now, "
-                f"so it is not overwritten (rename or delete it: git -C {repo} branch -m {branch} {branch}-old)"
-            )
-        return  # the same change, committed another time: keep the user's branch as it is
-    run_git(["update-ref", ref, commit, ""], repo)
-
-
 def _rendition(patch: SeriesPatch, version: str | None, repo: Path, base_commit: str) -> PatchFile:
     """The pin's rendition; on a git base, the first rendition whose files exist there."""
     if version is not None:
@@ -381,12 +379,21 @@ def _rendition(patch: SeriesPatch, version: str | None, repo: Path, base_commit:
     return patch.main
 
 
-def _matrix_results(project, name: str) -> list[str]:
+def _matrix_results(project, name: str) -> tuple[list[str], str]:
+    """The releases' table rows from the last ``apply`` (``build/apply-report.json``) where it
+    applied this very series (its digest), and a note for the console where it is left out."""
     report = project.build_dir / "apply-report.json"
     if not report.exists():
-        return []
-    found = [(pin["version"], outcome) for pin in json.loads(report.read_text())["pins"]
-             for outcome in pin["patches"] if outcome["name"] == name]
+        return [], "the table of released versions is left out: no build/apply-report.json (run sglpatch apply)"
+    try:
+        recorded = json.loads(report.read_text())
+        digest, pins = recorded["series"]["digest"], recorded["pins"]
+    except (ValueError, KeyError, TypeError):
+        return [], "the table of released versions is left out: build/apply-report.json cannot be read"
+    if digest != project.series().digest():
+        return [], ("the table of released versions is left out: build/apply-report.json is from another state of "
+                    "the series (run sglpatch apply to make one of this state)")
+    found = [(pin["version"], outcome) for pin in pins for outcome in pin["patches"] if outcome["name"] == name]
     # The same check as the body shows: the regression test where the last apply ran it.
     key = "tests" if any(outcome.get("tests_before") for _, outcome in found) else "witness"
     lines = []
@@ -394,31 +401,4 @@ def _matrix_results(project, name: str) -> list[str]:
         before, after = outcome.get(f"{key}_before"), outcome.get(f"{key}_after")
         if before or after:
             lines.append(f"| {version} | {before or '-'} | {after or '-'} |")
-    return lines
-
-
-def message_without_trailers(rendition: PatchFile) -> str:
-    text = rendition.raw.decode()
-    body = text.split("\n\n", 1)[1].split("\n---\n", 1)[0]
-    kept = [line for line in body.splitlines() if not re.match(rf"^({'|'.join(METADATA_TRAILERS)}):", line, re.I)]
-    return "\n".join(kept).strip()
-
-
-def open_pull_request(export: Export, remote_branch: str | None = None, *, repo: str = UPSTREAM_REPO,
-                      base: str = UPSTREAM_BASE) -> str:
-    """Open the PR on ``repo`` against ``base`` with the ``gh`` CLI (the user pushed the branch);
-    returns what gh printed."""
-    gh = shutil.which("gh")
-    if gh is None:
-        raise SglpatchError("the gh CLI is not installed; push the branch and open the pull request by hand")
-    run = run_tool(
-        [gh, "pr", "create", "--repo", repo, "--base", base, "--title", export.title, "--body-file", str(export.body),
-         "--head", remote_branch or export.branch],
-        "gh pr create (network or a prompt?)",
-        GH_TIMEOUT_S,
-        cwd=export.repo,
-        env=user_git_env(),
-    )
-    if run.returncode != 0:
-        raise SglpatchError(f"gh pr create failed: {run.stderr.strip()}")
-    return run.stdout.strip()
+    return lines, ""
