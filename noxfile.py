@@ -1,7 +1,7 @@
 """nox sessions: thin doors onto the sglpatch library (see README.md and the manual, docs/).
 
     nox -s apply                 apply the series to every pin (nox -s apply -- 0.5.14 for one)
-    nox -s check                 lint the series and its patches
+    nox -s check                 lint the series and its patches, judge their tests where written
     nox -s witness               every patch's witness on every pin, pristine and patched
     nox -s upstream -- PATCH     prepare one patch as an upstream pull request
     nox -s rebase -- VERSION     rebase the series onto a new sglang release
@@ -175,9 +175,9 @@ def apply(session: nox.Session) -> None:
 
 @nox.session
 def check(session: nox.Session) -> None:
-    """Lint patches/: series entries, trailers, status vocabulary, witnesses, renditions, diffs."""
-    session.install("-e", ".")
-    session.run("sglpatch", "check")
+    """Lint patches/: series entries, trailers, status vocabulary, witnesses, renditions, diffs; then
+    judge each patch's regression tests on the release its fix was written for."""
+    _sglpatch(session, "check")
 
 
 @nox.session

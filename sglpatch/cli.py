@@ -25,7 +25,7 @@ from sglpatch.plumbing.project import Project
 VERBS = {
     "apply": "apply the series to pinned sglang releases",
     "witness": "run each patch's witness on pins, pristine and patched (records nothing)",
-    "check": "lint the series, patches, trailers and renditions",
+    "check": "lint the series, patches, trailers and renditions; judge each patch's tests where its fix was written",
     "pins": "list the pinned releases",
     "fetch": "build (or reuse) the pristine commit of pins",
     "cpu-env": "build (or reuse) the CPU Python the witnesses' probes run in",

@@ -230,3 +230,42 @@ def test_apply_refuses_a_witness_and_tests_that_disagree_on_the_real_tree(projec
         assert words in outcome.detail, outcome.detail
     assert (project.root / "series.lock").read_bytes() == lock
     assert report.suggestions == []
+
+
+# Patch 0002's regression test as it stood before issue 34 (this repository at b5a2d5c), kept as a
+# fixture: its "unfused_names" subtest built the Quark config without the loader's packed mapping,
+# so it failed on pristine 0.5.23 for a shape mismatch production never meets.
+OLD_0002_TEST = Path(__file__).parent / "fixtures_0002_old_unfused" / "test_quark_nextn_exclude.py.txt"
+STEM_0002 = "0002-quark-keep-mtp-draft-excluded-modules-unquantized"
+
+
+@pytest.mark.network
+def test_check_refuses_0002_with_its_old_unfused_case_beside_the_witness_that_finds_it_clean(project_copy, capsys):
+    from sglpatch import cli
+
+    project = project_copy
+    tests = project.patches_dir / "tests" / STEM_0002
+    old = tests / "test" / "registered" / "unit" / "layers" / "quantization" / "test_quark_nextn_exclude.py"
+    old.parent.mkdir(parents=True)
+    old.write_text(OLD_0002_TEST.read_text())
+    # Where its author would list it: the unfused gate_proj/up_proj names are the ones Quark writes,
+    # the witness's "exact" spelling.
+    cases = (tests / "cases.toml").read_text()
+    cases = cases.replace('"exact/shared-expert-unquantized" = [', '"exact/shared-expert-unquantized" = '
+                          '["TestQuarkNextnExclude.test_mtp_exclusions_keep_draft_modules_unquantized", ')
+    cases = cases.replace('"control/not-excluded-quantized" = [', '"control/not-excluded-quantized" = '
+                          '["TestQuarkNextnExclude.test_modules_not_excluded_stay_quantized", '
+                          '"TestQuarkNextnExclude.test_target_config_is_left_as_it_was", ')
+    (tests / "cases.toml").write_text(cases)
+    lock = (project.root / "series.lock").read_bytes()
+    status = cli.main(["--root", str(project.root), "check"])
+    said = capsys.readouterr()
+    print(said.out, said.err)
+    if status == 4:
+        require_witness(WitnessResult("upstream-test", UNAVAILABLE, detail=said.out + said.err))
+    assert status == 1
+    assert (f"refused: {STEM_0002}.patch on 0.5.23, the release the fix was written for: witness-refused: "
+            "case 'exact/shared-expert-unquantized' on the pristine tree of 0.5.23: mtp-quark-exclude says clean, but "
+            "TestQuarkNextnExclude.test_mtp_exclusions_keep_draft_modules_unquantized says bug") in said.out
+    assert (project.root / "series.lock").read_bytes() == lock
+    assert not (project.root / "build").exists()

@@ -33,22 +33,22 @@ def _variant(body: str, header: str = "") -> str:
 
 VARIANTS = {
     # A test that never fails: on the very release the fix was written for, it is refused.
-    "never-fails": (_variant("        self.assertTrue(True)\n"), 0, 1,
+    "never-fails": (_variant("        self.assertTrue(True)\n"), 1, 1,
                     ["its test does not find the bug on 0.5.23, the release the fix was written for", "witness-refused"],
                     ["not-needed", "fixed upstream", "suggest for", "Upstream-Status"]),
     # A test that skips where the bug is: no verdict, never clean.
     "skips": (_variant("        if len(names) != len(set(names)):\n            self.skipTest('a name is listed twice')\n"
-                       + ASSERTION), 0, 4, ["every test skipped", "witness-unavailable"], ["not-needed", "clean [unittest"]),
+                       + ASSERTION), 4, 4, ["every test skipped", "witness-unavailable"], ["not-needed", "clean [unittest"]),
     # An expected failure whose assertion fails is no pass.
     "expected-failure": (_variant(ASSERTION).replace("    def test_all_names", "    @unittest.expectedFailure\n    def test_all_names"),
-                         0, 4, ["expected failure (judges nothing)", "witness-unavailable"], ["1 passed", "not-needed"]),
+                         4, 4, ["expected failure (judges nothing)", "witness-unavailable"], ["1 passed", "not-needed"]),
     # A test that edits a file no patch touches, failing the first time: never bug -> clean.
     "edits-the-tree": (_variant("        readme = Path(sglang.__file__).with_name('README.md')\n"
                                 "        if readme.stat().st_size != len('edited by the test\\n'):\n"
                                 "            readme.write_text('edited by the test\\n')\n"
                                 "            self.fail('the first run edits a file no patch touches')\n",
                                 "from pathlib import Path\n\nimport sglang\n"),
-                       0, 4, ["the tests changed the tree they judge (python/sglang/README.md)"],
+                       4, 4, ["the tests changed the tree they judge (python/sglang/README.md)"],
                        ["bug [unittest gfx950] -> clean"]),
     # A test of the file's wording, not the code's behaviour: refused before anything runs.
     "reads-source": (_variant("        self.assertEqual(open(ci_register.__file__).read().count('\"register_musa_ci\"'), 1)\n"),
@@ -56,7 +56,7 @@ VARIANTS = {
     # A test that needs the network cannot tell here, the same way every time.
     "needs-the-network": (_variant("        import urllib.request\n\n"
                                    "        urllib.request.urlopen('https://pypi.org/pypi/sglang/json', timeout=10).read()\n"
-                                   + ASSERTION), 0, 4, ["no network in a regression test's run"], ["not-needed"]),
+                                   + ASSERTION), 4, 4, ["no network in a regression test's run"], ["not-needed"]),
 }
 
 

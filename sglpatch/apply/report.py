@@ -22,7 +22,7 @@ def render_apply(report: ApplyReport, report_path: str = "") -> str:
             for outcome in result.patches:
                 commit = outcome.commit[:12] if outcome.commit else "-"
                 needed = {True: "needed", False: "not needed", None: "needed ?"}[outcome.needed]
-                before, after = _marked(outcome, "pristine"), _marked(outcome, "patched")
+                before, after = replay_mark(outcome, "pristine"), replay_mark(outcome, "patched")
                 witness = f"witness {outcome.witness_before or '-'}{before} -> {outcome.witness_after or '-'}{after}"
                 if getattr(outcome, "tests_before", ""):
                     witness += f"; tests {outcome.tests_before}{before} -> {outcome.tests_after or '-'}{after}"
@@ -57,7 +57,7 @@ def _when(replayed: list[str]) -> str:
     return times[0] if len(times) == 1 else f"{times[0]} to {times[-1]}" if times else "earlier"
 
 
-def _marked(outcome, tree: str) -> str:
+def replay_mark(outcome, tree: str) -> str:
     """`` (replayed)`` where an answer shown for ``tree`` ("pristine" or "patched") was replayed."""
     replayed = getattr(outcome, "replayed", None) or {}
     return f" {REPLAY_MARK}" if any(key == "every tree" or key.startswith(f"{tree}:") for key in replayed) else ""
@@ -89,8 +89,8 @@ def render_witnesses(report: ApplyReport) -> str:
     replays = []
     for result in report.results:
         for outcome in result.patches:
-            before = (outcome.witness_before or "-") + _marked(outcome, "pristine")
-            after = (outcome.witness_after or ("= pristine" if outcome.status == "not-needed" else "-")) + _marked(outcome, "patched")
+            before = (outcome.witness_before or "-") + replay_mark(outcome, "pristine")
+            after = (outcome.witness_after or ("= pristine" if outcome.status == "not-needed" else "-")) + replay_mark(outcome, "patched")
             unproven = f"  UNPROVEN: {outcome.unproven}" if outcome.unproven else ""
             lines.append(f"{result.version:<13} {outcome.name[:50]:<50} {before} -> {after}   {outcome.status}{unproven}")
             replays += [f"  {result.version} {outcome.name}: {which}: {where}"

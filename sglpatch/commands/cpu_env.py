@@ -7,10 +7,11 @@ import json
 
 from sglpatch import exitcodes
 from sglpatch.cli_options import add, jobs_flag, say
-from sglpatch.commands import apply, rebase, upstream, witness
+from sglpatch.apply.where_written import written_for
+from sglpatch.commands import apply, check, rebase, upstream, witness
 from sglpatch.witnesses import probe_runs
 
-WITNESSING_VERBS = {"apply": apply, "witness": witness, "rebase": rebase, "upstream": upstream}
+WITNESSING_VERBS = {"apply": apply, "check": check, "witness": witness, "rebase": rebase, "upstream": upstream}
 
 
 def register(sub) -> None:
@@ -19,7 +20,7 @@ def register(sub) -> None:
     jobs_flag(parser, "build distinct environments")
     parser.add_argument(
         "--for", dest="for_run", nargs=argparse.REMAINDER, metavar="COMMAND",
-        help="the environments a run of `sglpatch COMMAND ...` will use (apply, witness, rebase, upstream), "
+        help="the environments a run of `sglpatch COMMAND ...` will use (apply, check, witness, rebase, upstream), "
         "read with that command's own arguments; nothing when that run runs no witness",
     )
     parser.add_argument("--needs", action="store_true",
@@ -29,7 +30,7 @@ def register(sub) -> None:
 def run(project, args) -> int:
     versions = args.pins
     if args.for_run is not None:
-        needs = witness_needs(args.for_run)
+        needs = witness_needs(args.for_run, project)
         if args.needs:
             print(json.dumps(needs))
             return exitcodes.OK
@@ -44,7 +45,7 @@ def run(project, args) -> int:
     return exitcodes.OK
 
 
-def witness_needs(argv: list[str]) -> dict:
+def witness_needs(argv: list[str], project=None) -> dict:
     """Whether ``sglpatch ARGV`` runs witnesses, and for which pins (empty: all), read with the
     verb's own parser, so nox and CI never re-parse sglpatch's arguments."""
     if not argv or argv[0] not in WITNESSING_VERBS:
@@ -57,6 +58,10 @@ def witness_needs(argv: list[str]) -> dict:
     if args.verb == "apply":
         runs = not args.no_witnesses and (args.into is None or args.witness)
         return {"witnesses": runs, "pins": list(args.pins) if runs else []}
+    if args.verb == "check":
+        # check judges each patch's tests on the release its fix was written for, and only there
+        pins = sorted(set(written_for(project).values())) if project is not None and not args.no_witnesses else []
+        return {"witnesses": bool(pins), "pins": pins}
     if args.verb == "witness":
         return {"witnesses": True, "pins": list(args.pins)}
     return {"witnesses": True, "pins": []}  # rebase and upstream witness the series on every pin
