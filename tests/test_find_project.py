@@ -22,7 +22,9 @@ def test_sglpatch_run_from_another_folder_finds_the_series_of_the_clone_it_was_i
     elsewhere.mkdir()
     done = _sglpatch("pins", cwd=elsewhere)
     assert done.returncode == 0, done.stderr
-    assert [line.split()[0] for line in done.stdout.splitlines()] == [pin.version for pin in REAL_PINS.pins]
+    header, *rows = done.stdout.splitlines()
+    assert header.split()[0] == "version"
+    assert [line.split()[0] for line in rows] == [pin.version for pin in REAL_PINS.pins]
 
 
 def test_root_and_the_project_around_the_current_folder_still_win_over_the_installed_clone(fake_project, tmp_path):
@@ -31,7 +33,7 @@ def test_root_and_the_project_around_the_current_folder_still_win_over_the_insta
     for args, cwd in ((["--root", str(fake_project.root)], elsewhere), ([], fake_project.root / "patches")):
         done = _sglpatch(*args, "pins", cwd=cwd)
         assert done.returncode == 0, done.stderr
-        assert [line.split()[0] for line in done.stdout.splitlines()] == ["0.1.0", "0.2.0"]
+        assert [line.split()[0] for line in done.stdout.splitlines()[1:]] == ["0.1.0", "0.2.0"]
 
 
 def test_an_install_from_a_clone_knows_the_clone_by_its_recorded_source(fake_project, tmp_path):

@@ -55,7 +55,7 @@ VARIANTS = {
                      1, 1, ["reads source text (open on sglang's file"], ["bug [unittest"]),
     # A test that needs the network cannot tell here, the same way every time.
     "needs-the-network": (_variant("        import urllib.request\n\n"
-                                   "        urllib.request.urlopen('https://pypi.org/pypi/sglang/json', timeout=10).read()\n"
+                                   "        urllib.request.urlopen('https://example.org/', timeout=10).read()\n"
                                    + ASSERTION), 4, 4, ["no network in a regression test's run"], ["not-needed"]),
 }
 

@@ -9,6 +9,7 @@ sends upstream fails on the pristine 0.5.23 and passes with the patch.
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -315,7 +316,8 @@ def _new_patch(project, tmp_path, test_text: str = NEW_TEST, witness: str = "ups
                          {"Witness": witness, "Applies-To": "==0.5.23",
                           "Origin": "sglpatch; found while writing the guide to a new fix"},
                          body="Problem: register_musa_ci is listed twice in __all__.\n\nFix: list it once.\n\n"
-                              "Testing: test/registered/unit/ci/test_ci_register_exports.py.")
+                              "Testing: test/registered/unit/ci/test_ci_register_exports.py.\n\n"
+                              "Related: none found; no upstream pull request touches this list.")
     (project.patches_dir / f"{NEW_STEM}.patch").write_text(patch)
     with (project.patches_dir / "series").open("a") as series:
         series.write(f"{NEW_STEM}.patch\n")
@@ -354,7 +356,10 @@ def test_a_new_fix_with_only_a_test_is_witnessed_locked_and_exported(project_cop
     assert "register_musa_ci" in mbox and "Witness:" not in mbox
     body = (out / NEW_STEM / "PR.md").read_text()
     assert f"```bash\npython3 {NEW_TEST_PATH}\n```" in body
-    assert "Without the change it fails:" in body and "With the change it passes:" in body
+    # What the command printed, as printed; then the verdicts, labelled as what they rest on.
+    assert "Run as shown from the repository root on a CPU-only machine" in body
+    assert re.search(r"without the change[^\n]*: fails: 1\s+failed assertion", body), body
+    assert re.search(r"with the change[^\n]*: passes: 1\s+passed", body), body
 
 
 def test_the_tests_go_into_the_pull_requests_tree_at_their_upstream_paths(fake_project, tmp_path):
