@@ -104,11 +104,12 @@ def test_resolve_mtp_modules_reports_each_module_of_a_given_checkpoint(patched, 
 MXFP4 = "QuarkLinearMethod(QuarkW4A4MXFP4)"
 MOE = "QuarkFusedMoEMethod(QuarkW4A4MXFp4MoE)"
 UNQ = "UnquantizedLinearMethod"
+UNQ_MOE = "UnquantizedFusedMoEMethod"
 
 
 def _module(method: str, load: str) -> dict:
     return {"prefix": "p", "module": "p", "checkpoint_names": [], "quant_method": method,
-            "unquantized": method == UNQ, "load": load, "load_detail": "d"}
+            "unquantized": method.startswith("Unquantized"), "load": load, "load_detail": "d"}
 
 
 def _fused() -> dict:
@@ -116,17 +117,22 @@ def _fused() -> dict:
             "quant_method": MOE, "unquantized": False, "load": "fused", "load_detail": "built into the experts"}
 
 
-def _answer(excluded: dict, fusion: str = "off", control: str = MXFP4, unfused: dict | None = None) -> dict:
+def _answer(excluded: dict, fusion: str = "off", control: str = MXFP4, unfused: dict | None = None,
+            control_fusion: str = "off") -> dict:
     """Every spelling answers ``excluded`` for its three modules as launched (draft fusion
-    ``fusion``) and ``unfused`` (default: ``excluded``) when built with the fusion off; ``none``
-    is all MXFP4."""
-    def case(modules: dict, fused: str) -> dict:
+    ``fusion``) and ``unfused`` (default: ``excluded``) when built with the fusion off; the routed
+    experts are MXFP4 but for ``whole-moe``'s; ``none`` is all MXFP4 (draft fusion as launched
+    ``control_fusion``)."""
+    def case(modules: dict, fused: str, spelling: str = "none") -> dict:
+        routed = _module(UNQ_MOE if spelling == "whole-moe" else MOE, "not-loaded-here")
         return {"draft_fusion": fused, "missing": [],
-                "modules": {**modules, "self_attn.o_proj": _module(control, "absent")}}
+                "modules": {**modules, mtp_exclude.ROUTED_EXPERTS: routed,
+                            "self_attn.o_proj": _module(control, "absent")}}
     quantized = {name: _module(MXFP4, "shape-mismatch") for name in mtp_exclude.EXCLUDED_MODULES}
-    cases = {spelling: {**case(dict(excluded), fusion), "fusion_disabled": case(dict(unfused or excluded), "off")}
+    cases = {spelling: {**case(dict(excluded), fusion, spelling),
+                        "fusion_disabled": case(dict(unfused or excluded), "off", spelling)}
              for spelling in mtp_exclude.EXCLUDED_SPELLINGS}
-    none = {**case(quantized, "off"), "fusion_disabled": case(quantized, "off")}
+    none = {**case(quantized, control_fusion), "fusion_disabled": case(quantized, "off")}
     return {"emulated_gpu": "gfx950:sramecc+:xnack-", "cases": {**cases, "none": none}}
 
 
@@ -163,10 +169,34 @@ def test_judge_says_bug_for_the_case_of_the_module_quantized_or_loaded_wrong(mod
 def test_the_shared_expert_is_judged_as_built_with_the_fusion_off_and_the_fusion_apart():
     # As launched the draft fuses the excluded shared expert; built with the fusion off it is
     # unquantized and loads exactly: only the fusion is a bug (0.5.22-0.5.23 as released).
+    # Where the routed experts are excluded too (whole-moe), bf16 is fused into bf16: clean.
     result = mtp_exclude.judge(_answer(FUSED, fusion="on", unfused=OK))
     assert result.state == BUG and "fused into the QuarkW4A4MXFp4MoE routed experts" in result.detail, result
     bugs = {name for name, verdict in result.cases.items() if verdict == BUG}
-    assert bugs == {f"{spelling}/draft-fusion-off" for spelling in mtp_exclude.EXCLUDED_SPELLINGS}, result.cases
+    assert bugs == {"exact/draft-fusion-off", "regex/draft-fusion-off"}, result.cases
+
+
+def test_routed_experts_built_quantized_though_excluded_expert_by_expert_are_a_bug():
+    answer = _answer(OK)
+    answer["cases"]["whole-moe"]["modules"][mtp_exclude.ROUTED_EXPERTS] = _module(MOE, "not-loaded-here")
+    result = mtp_exclude.judge(answer)
+    bugs = {name for name, verdict in result.cases.items() if verdict == BUG}
+    assert bugs == {"whole-moe/routed-experts-unquantized"} and "QuarkW4A4MXFp4MoE" in result.detail, result
+
+
+def test_a_draft_that_turns_off_the_fusion_of_bf16_into_bf16_experts_is_a_bug_where_the_release_fuses():
+    # The control (nothing excluded) fuses; whole-moe's experts are all unquantized, yet the draft
+    # turned the fusion off: the gate asked too much. Where the control does not fuse, no verdict.
+    result = mtp_exclude.judge(_answer(OK, control_fusion="on"))
+    assert {n for n, v in result.cases.items() if v == BUG} == {"whole-moe/draft-fusion-kept"}, result.cases
+    assert mtp_exclude.judge(_answer(OK, control_fusion="off")).state == CLEAN
+
+
+def test_judge_cannot_tell_when_the_control_routed_experts_are_unquantized():
+    answer = _answer(OK)
+    answer["cases"]["none"]["fusion_disabled"]["modules"][mtp_exclude.ROUTED_EXPERTS] = _module(UNQ_MOE, "x")
+    result = mtp_exclude.judge(answer)
+    assert result.state == UNAVAILABLE and "routed_experts is unquantized" in result.detail, result
 
 
 def test_a_shared_expert_fused_even_with_the_fusion_turned_off_is_no_verdict():

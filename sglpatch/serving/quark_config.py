@@ -10,11 +10,16 @@ in that mapping for Quark from 0.5.11 (0.5.10 has none). So a fused module is wr
 forms: the halves of a fused entry, and the fused name once all its halves are excluded. This
 rewrites only ``config.json`` (never a weight file), keeps a backup of the original, and running
 it twice changes nothing the second time. From 0.5.16 sglang carries exact names over itself, so
-there only ``re:`` entries need it (docs/research/mtp/NOTES.md).
+there only ``re:`` entries need it (docs/research/mtp/NOTES.md); and from 0.5.19 the added
+``model.decoder.mlp.shared_experts.*`` names cost the target its shared-experts fusion, which the
+release keeps with the checkpoint's own names (Quark's fusion gate counts ``model.layers.{N}.*``
+as the draft's, not the decoder names), so there it is worth it only for ``re:`` spellings.
 
 What config alone cannot fix (``Rewrite.limits``): on AMD gfx942/gfx950 the MTP draft of sglang
 0.5.10 to 0.5.15 fuses its shared expert into the MXFP4 routed experts whatever the exclude list
-says, so it cannot stay bf16; there patch 0002 is needed. On 0.5.22 and 0.5.23 the draft would
+says, so it cannot stay bf16, and routed experts the checkpoint excludes expert by expert stay
+MXFP4 in the draft's fused ``mlp.experts`` (per-expert names match that module only from 0.5.21);
+there patch 0002 is needed. On 0.5.22 and 0.5.23 the draft would
 fuse it as well, and the added ``model.decoder.*`` names stop that only because Quark's fusion
 gate takes them for the target's own shared experts (``QuarkConfig._is_draft_layer`` knows
 ``model.layers.{N}.*``, not the decoder names), which turns the target's fusion off too; patch
@@ -40,7 +45,7 @@ FUSED = {"gate_up_proj": ("gate_proj", "up_proj"), "fused_qkv_a_proj_with_mqa": 
 SHARED_EXPERT_FUSION = (
     "cannot fix by config alone: patch 0002 needed. On AMD gfx942/gfx950 the MTP draft of sglang "
     "0.5.10 to 0.5.15 fuses its shared expert into the MXFP4 routed experts whatever the exclude list "
-    "says, so it cannot stay bf16. On 0.5.22 and 0.5.23 the names added here keep it out of the fusion "
+    "says, so it cannot stay bf16, and routed experts excluded expert by expert stay MXFP4 there. On 0.5.22 and 0.5.23 the names added here keep it out of the fusion "
     "only because sglang takes them for the target's shared experts, which turns the target's fusion "
     "off too (0.5.16 to 0.5.21 keep it bf16 with these names and do not fuse it)"
 )

@@ -14,7 +14,9 @@ child process per tree that all CPU witnesses share: sglang's own server args (t
 profile, TP 1), model config, loader and draft class build the whole MTP draft for tiny
 checkpoints that keep the MTP shared expert and ``eh_proj`` bf16, spelled two ways (``exact``:
 the names Quark writes, the checkpoint's ``gate_proj``/``up_proj``/``down_proj``; ``regex``:
-``re:`` patterns), plus a control with nothing excluded; each case is built as launched and once
+``re:`` patterns), once more with every routed expert of the MTP layer excluded too by its exact
+names (``whole-moe``: the MTP layer's MoE all bf16, as upstream describes amd/GLM-5.2-MXFP4),
+plus a control with nothing excluded; each case is built as launched and once
 more with ``--disable-shared-experts-fusion``, each module is found under whatever prefix sglang
 built it at, and the checkpoint's tensors go through the draft's own ``load_weights``.
 
@@ -23,10 +25,14 @@ The answer has a verdict per case (``WitnessResult.cases``), one per spelling an
 - ``<spelling>/shared-expert-unquantized``: built with the fusion turned off, the draft's shared
   expert (``gate_up_proj``, ``down_proj``) is unquantized and its bf16 tensors load exactly;
 - ``<spelling>/eh-proj-unquantized``: ``eh_proj`` is unquantized and loads exactly (as launched);
-- ``<spelling>/draft-fusion-off``: as launched, on the emulated gfx950, the draft does not fuse its
-  (excluded) shared expert into the routed experts;
+- ``<spelling>/draft-fusion-off`` (``exact``, ``regex``): as launched, on the emulated gfx950, the
+  draft does not fuse its (excluded) shared expert into its quantized routed experts;
+- ``whole-moe/routed-experts-unquantized``: as launched, the draft's routed experts (its fused
+  MoE, judged by its quant method: no routed expert tensor is loaded) are unquantized;
+- ``whole-moe/draft-fusion-kept``: as launched, the draft fuses its shared expert wherever it
+  does with nothing excluded (the control): bf16 into bf16 needs no fusion turned off;
 - ``control/not-excluded-quantized``: ``self_attn.o_proj`` (never excluded) is quantized in every
-  build, and so is the control checkpoint's shared expert.
+  build, and so are the control checkpoint's shared and routed experts.
 
 Each is ``bug`` or ``clean``; the whole answer is ``bug`` when any case is, else ``clean``; every
 case is ``unavailable`` (and so the answer) when the CPU environment cannot be had, the probe
@@ -60,17 +66,25 @@ PROBE = "mtp"
 PROBE_MODULE = "mtp_probe"
 PROBE_LIMIT_S = 240
 PROFILE = "glm-5.2-mxfp4-mi355x"
-EXCLUDED_SPELLINGS = ("exact", "regex")
+EXCLUDED_SPELLINGS = ("exact", "whole-moe", "regex")
 CONTROL_SPELLING = "none"
-# What each case judges, per spelling (see the module's docstring).
+# What each case judges, per spelling (see the module's docstring): where the routed experts stay
+# quantized, whether the excluded shared expert is fused into them; where they are excluded too
+# (``whole-moe``), that they are built unquantized and the draft keeps the fusion it has without
+# any exclusion.
 ASPECTS = ("shared-expert-unquantized", "eh-proj-unquantized", "draft-fusion-off")
+WHOLE_MOE_ASPECTS = ("shared-expert-unquantized", "eh-proj-unquantized", "routed-experts-unquantized",
+                     "draft-fusion-kept")
+SPELLING_ASPECTS = {"exact": ASPECTS, "whole-moe": WHOLE_MOE_ASPECTS, "regex": ASPECTS}
 CONTROL_CASE = "control/not-excluded-quantized"
-CASES = (*(f"{spelling}/{aspect}" for spelling in EXCLUDED_SPELLINGS for aspect in ASPECTS), CONTROL_CASE)
+CASES = (*(f"{spelling}/{aspect}" for spelling in EXCLUDED_SPELLINGS for aspect in SPELLING_ASPECTS[spelling]),
+         CONTROL_CASE)
 # The modules each spelling keeps bf16, and the control that is never excluded.
 EXCLUDED_MODULES = ("shared_experts.gate_up_proj", "shared_experts.down_proj", "eh_proj")
 SHARED_EXPERT = ("shared_experts.gate_up_proj", "shared_experts.down_proj")
+ROUTED_EXPERTS = "routed_experts"  # the draft's fused MoE, judged by its quant method only
 CONTROL_MODULE = "self_attn.o_proj"
-CHECKED_MODULES = (*EXCLUDED_MODULES, CONTROL_MODULE)
+CHECKED_MODULES = (*EXCLUDED_MODULES, ROUTED_EXPERTS, CONTROL_MODULE)
 # What the model registry is asked for: the GLM-5 target and the draft class names ModelConfig
 # gives it across the releases (``GlmMoeDsaForCausalLMNextN``, ``DeepseekV3ForCausalLMNextN``).
 REGISTRY_ARCHS = ("GlmMoeDsaForCausalLM", "DeepseekV3ForCausalLMNextN")
@@ -151,7 +165,7 @@ def _flatten(answer: dict, runner: dict) -> dict:
 
 class MtpQuarkExcludeWitness:
     name = "mtp-quark-exclude"
-    version = "3"
+    version = "4"
 
     def fingerprint(self, pin: Pin) -> str:
         profile = load_profile(PROFILE)
@@ -183,11 +197,15 @@ def judge(answer: dict, name: str = MtpQuarkExcludeWitness.name) -> WitnessResul
     cases = answer["cases"]
     verdicts, found = {CONTROL_CASE: CLEAN}, []
     for spelling in EXCLUDED_SPELLINGS:
-        for aspect, problems in aspect_problems(cases[spelling]).items():
+        for aspect, problems in aspect_problems(cases[spelling], spelling, cases[CONTROL_SPELLING]).items():
             verdicts[f"{spelling}/{aspect}"] = BUG if problems else CLEAN
             if problems:
                 found.append(f"{spelling}/{aspect}: {'; '.join(problems)}")
-    fusion = ", ".join(f"{spelling} {cases[spelling].get('draft_fusion')}" for spelling in EXCLUDED_SPELLINGS)
+    fusion = ", ".join(f"{spelling} {cases[spelling].get('draft_fusion')}"
+                       for spelling in (*EXCLUDED_SPELLINGS, CONTROL_SPELLING))
+    fusion += "; routed experts: " + ", ".join(
+        f"{spelling} {_short(cases[spelling]['modules'][ROUTED_EXPERTS]['quant_method'])}"
+        for spelling in (*EXCLUDED_SPELLINGS, CONTROL_SPELLING))
     if found:
         return WitnessResult(name, BUG, level, f"{' | '.join(found)} [draft fusion as launched: {fusion}]",
                              cases=verdicts)
@@ -200,16 +218,26 @@ def judge(answer: dict, name: str = MtpQuarkExcludeWitness.name) -> WitnessResul
         f"[draft fusion as launched: {fusion}]", cases=verdicts)
 
 
-def aspect_problems(case: dict) -> dict[str, list[str]]:
-    """One spelling's problems per aspect (an empty list: that aspect is clean)."""
+def aspect_problems(case: dict, spelling: str = "exact", control: dict | None = None) -> dict[str, list[str]]:
+    """One spelling's problems per aspect (an empty list: that aspect is clean). ``control`` is the
+    case with nothing excluded: the fusion this release gives the draft without any exclusion."""
     unfused = case["fusion_disabled"]
+    routed = case["modules"][ROUTED_EXPERTS]
+    # A shared expert fused into unquantized routed experts is bf16 beside bf16: no bug.
     fused = [f"its shared expert fused into the {_short(got['quant_method'])} routed experts {got.get('fused_into')}"
-             for module, got in case["modules"].items() if module in SHARED_EXPERT and got["load"] == "fused"]
-    return {
+             for module, got in case["modules"].items() if module in SHARED_EXPERT and got["load"] == "fused"
+             and not routed["unquantized"]]
+    found = {
         "shared-expert-unquantized": case_problems(unfused, SHARED_EXPERT),
         "eh-proj-unquantized": case_problems(case, ("eh_proj",)),
         "draft-fusion-off": fused[:1] if case.get("draft_fusion") == "on" else [],
+        "routed-experts-unquantized": [] if routed["unquantized"] else
+        [f"{ROUTED_EXPERTS} {_short(routed['quant_method'])} (excluded expert by expert)"],
+        "draft-fusion-kept": ["the draft turned off the fusion it has with nothing excluded, though its shared "
+                              "and routed experts are both unquantized"]
+        if control is not None and control.get("draft_fusion") == "on" and case.get("draft_fusion") == "off" else [],
     }
+    return {aspect: found[aspect] for aspect in SPELLING_ASPECTS[spelling]}
 
 
 def cannot_tell(answer: dict) -> str:
@@ -254,7 +282,7 @@ def cannot_tell(answer: dict) -> str:
               for case, found in builds.items() if found["modules"][CONTROL_MODULE]["unquantized"]]
     control = cases[CONTROL_SPELLING]["fusion_disabled"]["modules"]
     insane += [f"{CONTROL_SPELLING}: {module} is unquantized with nothing excluded"
-               for module in SHARED_EXPERT if control[module]["unquantized"]]
+               for module in (*SHARED_EXPERT, ROUTED_EXPERTS) if control[module]["unquantized"]]
     if insane:
         return "the probe cannot tell: " + "; ".join(insane)
     return ""

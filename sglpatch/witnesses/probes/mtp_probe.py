@@ -57,6 +57,7 @@ MODULES = {
     "self_attn.o_proj": ("self_attn.o_proj", ["self_attn.o_proj.weight"]),
 }
 SHARED_EXPERT = ("shared_experts.gate_up_proj", "shared_experts.down_proj")
+ROUTED_EXPERTS = "routed_experts"  # the draft's fused MoE (mlp.experts), reported by how it was built
 MODEL_PLACEHOLDER = "{model}"
 # What stands in for what cannot run on CPU here, besides the box's GPU and packages.
 DOUBLES = (
@@ -315,6 +316,18 @@ def resolve(args, folder: str, context) -> dict:
             # loaded, or one built into the module, its quant method or its weight.
             "standins_called_in_load": sorted(n for n, count in after.items() if count > before.get(n, 0)),
             "standin_parts": standin_parts(layer)}
+    # The routed experts: only how they were built (the checkpoint stores none of their tensors).
+    if len(experts) == 1:
+        path, moe = experts[0]
+        prefix, _ = asked.get(id(moe), (None, None))
+        answer["modules"][ROUTED_EXPERTS] = {
+            "prefix": prefix if prefix is not None else path, "module": path,
+            "quant_config_asked": prefix is not None, "checkpoint_names": [],
+            "quant_method": quant_method_name(moe), "unquantized": is_unquantized(moe),
+            "load": "not-loaded-here", "load_detail": "how it was built only: no routed expert tensor is stored",
+            "standins_called_in_load": [], "standin_parts": standin_parts(moe)}
+    else:
+        answer["missing"].append(f"mlp.experts: {len(experts)} modules match" if experts else "mlp.experts")
     answer["standins_called"] = standins.calls()
     answer["standin_reads"] = standins.reads()
     return answer

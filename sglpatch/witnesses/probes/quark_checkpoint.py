@@ -17,7 +17,8 @@ import struct
 N = 2  # num_hidden_layers of the tiny model: its MTP layer is model.layers.2.*
 H = 64  # hidden_size
 I = 32  # moe_intermediate_size (one shared expert)
-SPELLINGS = ("exact", "regex", "none")
+ROUTED_EXPERTS = 256  # n_routed_experts, as GLM-5
+SPELLINGS = ("exact", "whole-moe", "regex", "none")
 # The MTP layer's modules a GLM-5.2 Quark checkpoint keeps bf16, by the names of their weights
 # in the checkpoint, relative to model.layers.{N}: (rows, columns) of each.
 MTP_BF16_TENSORS = {
@@ -57,7 +58,7 @@ def hf_config_dict(num_layers: int = N) -> dict:
     return dict(
         architectures=["GlmMoeDsaForCausalLM"], model_type="glm_moe_dsa", num_hidden_layers=num_layers,
         num_nextn_predict_layers=1, hidden_size=H, intermediate_size=2 * H, moe_intermediate_size=I,
-        n_shared_experts=1, n_routed_experts=256, num_experts_per_tok=2, n_group=1, topk_group=1,
+        n_shared_experts=1, n_routed_experts=ROUTED_EXPERTS, num_experts_per_tok=2, n_group=1, topk_group=1,
         first_k_dense_replace=0, moe_layer_freq=1, topk_method="noaux_tc", scoring_func="sigmoid",
         routed_scaling_factor=2.5, norm_topk_prob=True, num_attention_heads=2, num_key_value_heads=2,
         q_lora_rank=32, kv_lora_rank=16, qk_nope_head_dim=8, qk_rope_head_dim=8, v_head_dim=8,
@@ -70,12 +71,17 @@ def hf_config_dict(num_layers: int = N) -> dict:
 def exclude_list(spelling: str, layer: int = N) -> list[str]:
     """Quark's exclude list keeping the MTP shared expert and eh_proj bf16, spelled one way:
     ``exact`` (the names Quark writes: the checkpoint's own ``gate_proj``/``up_proj``/``down_proj``,
-    as amd/GLM-5.2-MXFP4 lists its MTP layer's), ``regex`` (``re:`` patterns, the other form
-    Quark's ``exclude`` takes), ``none`` (a control: nothing of the MTP layer excluded)."""
+    with the routed experts quantized), ``whole-moe`` (the same, and every routed expert of the
+    MTP layer by its exact names too, expert by expert: the MTP layer's MoE all bf16, as upstream
+    describes amd/GLM-5.2-MXFP4), ``regex`` (``re:`` patterns, the other form Quark's
+    ``exclude`` takes), ``none`` (a control: nothing of the MTP layer excluded)."""
     L = f"model.layers.{layer}"
     if spelling == "exact":
         return ["lm_head", f"{L}.mlp.shared_experts.gate_proj", f"{L}.mlp.shared_experts.up_proj",
                 f"{L}.mlp.shared_experts.down_proj", f"{L}.eh_proj"]
+    if spelling == "whole-moe":
+        return [*exclude_list("exact", layer), *(f"{L}.mlp.experts.{e}.{p}" for e in range(ROUTED_EXPERTS)
+                                                  for p in ("gate_proj", "up_proj", "down_proj"))]
     if spelling == "regex":
         return ["lm_head", rf"re:model\.layers\.{layer}\.mlp\.shared_experts\..*", rf"re:model\.layers\.{layer}\.eh_proj$"]
     if spelling == "none":

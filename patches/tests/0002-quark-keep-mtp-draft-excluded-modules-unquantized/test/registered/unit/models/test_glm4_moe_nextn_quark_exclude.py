@@ -8,6 +8,10 @@ model loader does: the loader's quantization config (with the packed-modules
 mapping it adds for Quark) and ``_initialize_model``, which resolves the
 shared-experts fusion and runs the draft class's ``__init__``.
 
+The device is an MI355X (gfx950, HIP) as far as the quantization schemes and
+the fusion gate ask; the rotary embedding is kept on its CPU path, so that no
+GPU kernel package is imported to build it.
+
     python3 test/registered/unit/models/test_glm4_moe_nextn_quark_exclude.py -v
 """
 
@@ -28,7 +32,11 @@ from sglang.srt.distributed import (
     initialize_model_parallel,
     parallel_state,
 )
-from sglang.srt.layers.quantization.unquant import UnquantizedLinearMethod
+from sglang.srt.layers.quantization.unquant import (
+    UnquantizedFusedMoEMethod,
+    UnquantizedLinearMethod,
+)
+from sglang.srt.layers.rotary_embedding import base as rotary_embedding_base
 from sglang.srt.model_loader.loader import _get_quantization_config, _initialize_model
 from sglang.srt.model_loader.utils import set_default_torch_dtype
 from sglang.srt.models import deepseek_v2
@@ -48,6 +56,13 @@ EXACT_NAMES = [
     f"{CKPT}.mlp.shared_experts.up_proj",
     f"{CKPT}.mlp.shared_experts.down_proj",
     f"{CKPT}.eh_proj",
+]
+# The MTP layer's routed experts kept in bf16 too, expert by expert: the
+# release builds them unquantized, so fusing the bf16 shared expert is fine.
+EXACT_NAMES_WITH_ROUTED_EXPERTS = EXACT_NAMES + [
+    f"{CKPT}.mlp.experts.{expert}.{proj}"
+    for expert in range(256)
+    for proj in ("gate_proj", "up_proj", "down_proj")
 ]
 # The same modules as "re:" patterns, the other spelling Quark's exclude takes.
 REGEX = [
@@ -160,9 +175,14 @@ class TestGlmNextnQuarkExclude(CustomTestCase):
             patcher = patch.object(torch.cuda, name, return_value=value)
             patcher.start()
             self.addCleanup(patcher.stop)
-        patcher = patch.object(deepseek_v2, "_is_hip", True)
-        patcher.start()
-        self.addCleanup(patcher.stop)
+        for module, name, value in (
+            (deepseek_v2, "_is_hip", True),
+            # The rotary embedding's native path: its GPU kernel is not tested.
+            (rotary_embedding_base, "_is_cpu", True),
+        ):
+            patcher = patch.object(module, name, value)
+            patcher.start()
+            self.addCleanup(patcher.stop)
 
     def build_draft(self, exclude, *, disable_shared_experts_fusion=False):
         """The draft model, built as the loader builds it for this checkpoint."""
@@ -203,6 +223,25 @@ class TestGlmNextnQuarkExclude(CustomTestCase):
         shared_experts = draft.model.decoder.mlp.shared_experts
         self.assertUnquantized(shared_experts.gate_up_proj, "gate_up_proj")
         self.assertUnquantized(shared_experts.down_proj, "down_proj")
+
+    def test_excluded_routed_experts_build_unquantized(self):
+        draft = self.build_draft(EXACT_NAMES_WITH_ROUTED_EXPERTS)
+        experts = draft.model.decoder.mlp.experts
+        method = type(experts.quant_method).__name__
+        self.assertIsInstance(
+            experts.quant_method,
+            UnquantizedFusedMoEMethod,
+            f"routed experts built with {method}",
+        )
+
+    def test_excluded_routed_experts_keep_shared_experts_fusion(self):
+        # Routed and shared experts are both bf16: the fusion stays as it is.
+        draft = self.build_draft(EXACT_NAMES_WITH_ROUTED_EXPERTS)
+        self.assertEqual(
+            draft.model.decoder.mlp.num_fused_shared_experts,
+            1,
+            "the draft turned off the fusion of its bf16 experts",
+        )
 
     def test_regex_keeps_shared_experts_unquantized(self):
         draft = self.build_draft(REGEX, disable_shared_experts_fusion=True)
