@@ -18,10 +18,18 @@ other than 6 (docs/research/flags/NOTES.md). A case is ``bug`` when:
   not resolve the fusion off (0.5.21 on, the release turns on what cannot run there), or logs a
   warning naming a fusion flag it was not given, or does not resolve an fp8_e4m3 KV cache on
   gfx950, or logs that KV default for an "SM9" device instead of gfx950;
-- where the fused kernel can run (custom all-reduce on), GLM-5 does not get the fusion by default
-  for decode only (before 0.5.21 no release does; 0003 carries it);
+- where the fused kernel can run (custom all-reduce on), a release with GLM-5's decode-only
+  default (0.5.21 on: it has the ``disable_aiter_allreduce_fusion_in_prefill`` field) does not
+  turn the fusion on for decode only; a release without the field has no default to keep;
+- that launch with one more condition (``default-*``: SGLANG_USE_AITER unset,
+  SGLANG_USE_AITER_AR=0, the 1-stage all-reduce, DP attention, TP 6, deterministic inference,
+  context parallelism) resolves the fusion on, warns about the flag it was not given (the
+  deterministic-inference hook turning the default off again does), or is refused over it (the
+  context-parallelism assertion: that error is judged, not taken as a scenario that could not run);
 - ``--enable-aiter-allreduce-fusion`` under each condition above logs no warning-level record
-  naming the flag and the condition (in whatever words), or warns where it can run;
+  naming the flag and the condition (in whatever words), or warns where it can run; with
+  deterministic inference it gets more than one warning; with context parallelism the launch is
+  not refused, or a warning comes first;
 - an explicit bfloat16 or gfx942 does not keep bfloat16, or DeepSeek-V3.2 gets fp8 on gfx950.
 
 Patch 0003's own wording of that warning is checked by ``tests/test_patch_0003_wording.py``, not
