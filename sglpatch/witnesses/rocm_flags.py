@@ -292,7 +292,7 @@ class RocmFlagsWitness:
 
     def __init__(self, profile: Profile | None = None):
         self.profile = profile or load_profile(PROFILE)
-        self.version = f"3-{self.profile.name}-v{self.profile.version}"
+        self.version = f"4-{self.profile.name}-v{self.profile.version}"
 
     def fingerprint(self, pin: Pin) -> str:
         code = probing.code_digest()
