@@ -6,7 +6,9 @@ or SGLANG_USE_1STAGE_ALLREDUCE=1), without DP attention and with tp_size other t
 elsewhere the all-reduce and the RMSNorm run unfused. GlmMoeDsaForCausalLM's ROCm default
 turned it on regardless, so the EAGLE launch AMD needs (--disable-custom-all-reduce)
 resolved to a fusion that never runs, and an explicit --enable-aiter-allreduce-fusion was
-as silently inert. Server arguments are resolved as launch_server resolves them, on an
+as silently inert. The default also ran before the hooks that undo it: deterministic
+inference turned it off again, warning about a flag nobody passed, and context parallelism
+refused the launch. Server arguments are resolved as launch_server resolves them, on an
 emulated 8x MI355X node.
 
     python3 test/registered/unit/server_args/test_aiter_allreduce_fusion_inert_warning.py -v
@@ -182,9 +184,13 @@ class TestAiterAllreduceFusionInertWarning(CustomTestCase):
     def test_glm5_default_says_at_info_why_it_leaves_the_fusion_off(self):
         with self.assertLogs("sglang", level=logging.INFO) as logs:
             self.launch("--disable-custom-all-reduce", *EAGLE)
-        info = [r.getMessage() for r in logs.records if "AllReduce Fusion" in r.getMessage()]
+        info = [
+            r.getMessage() for r in logs.records if "AllReduce Fusion" in r.getMessage()
+        ]
         self.assertEqual(len(info), 1, info)
-        self.assertRegex(info[0], r"not enabled by default.*--disable-custom-all-reduce")
+        self.assertRegex(
+            info[0], r"not enabled by default.*--disable-custom-all-reduce"
+        )
 
     def test_glm5_default_launch_warns_about_no_flag_it_was_not_given(self):
         with self.fusion_warnings() as warnings:
