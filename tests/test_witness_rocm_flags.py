@@ -1,6 +1,7 @@
 """The rocm-flags witness on the real releases: every pin's own ServerArgs, resolved on CPU with the
 GLM-5.2 MI355X launch profile, misses GLM-5's fp8 KV default on gfx950 and stays silent about an
-inert fusion flag (bug; from 0.5.21 it also turns on a fusion that cannot run); with patch 0003's
+inert fusion flag (bug; from 0.5.21 it also turns on a fusion that cannot run, or that a later hook
+turns off or refuses); with patch 0003's
 rendition for the pin every case is clean. Its decision rule, case by case, on hand-made answers."""
 
 from __future__ import annotations
@@ -36,12 +37,17 @@ def test_pristine_pin_misses_the_kv_default_and_hides_the_inert_fusion_flag(vers
     # Every pin: bf16 on gfx950, logged for an "SM9" device, and the flag silent where it cannot run.
     for case in ("launch-kv-fp8-on-gfx950", "launch-kv-log-names-gfx950", "flag-no-custom-all-reduce-warns"):
         assert result.cases[case] == BUG, (case, result.cases)
-    # From 0.5.21 the release itself turns the fusion on where it cannot run; before, nothing does.
+    # From 0.5.21 the release itself turns the fusion on where it cannot run, and where a later hook
+    # turns it off (deterministic inference) or refuses it (context parallelism); before, nothing
+    # turns it on, and there is no default to keep.
     on_by_itself = tuple(int(x) for x in version.split(".")[:3]) >= (0, 5, 21)
-    assert result.cases["launch-fusion-off-without-custom-all-reduce"] == (BUG if on_by_itself else CLEAN)
-    assert result.cases["default-fusion-on-for-decode-where-it-runs"] == (CLEAN if on_by_itself else BUG)
-    for case in ("launch-no-warning-about-an-unpassed-flag", "flag-quiet-where-it-runs", "explicit-bf16-kept",
-                 "gfx942-keeps-bf16", "deepseek-v32-not-fp8-on-gfx950"):
+    for case in ("launch-fusion-off-without-custom-all-reduce", "default-no-SGLANG_USE_AITER-stays-off",
+                 "default-SGLANG_USE_AITER_AR-0-stays-off", "default-1stage-allreduce-stays-off",
+                 "default-tp6-stays-off", "default-deterministic-stays-off", "default-context-parallel-stays-off"):
+        assert result.cases[case] == (BUG if on_by_itself else CLEAN), (case, result.cases)
+    for case in ("launch-no-warning-about-an-unpassed-flag", "default-fusion-on-for-decode-where-it-runs",
+                 "default-dp-attention-stays-off", "flag-deterministic-warns-once", "flag-context-parallel-refused",
+                 "flag-quiet-where-it-runs", "explicit-bf16-kept", "gfx942-keeps-bf16", "deepseek-v32-not-fp8-on-gfx950"):
         assert result.cases[case] == CLEAN, (case, result.cases)
 
 
@@ -147,6 +153,7 @@ def _scenario(fusion=False, kv="fp8_e4m3", records=(), prefill=False) -> dict:
 
 
 KV_LOG = ("WARNING", "Setting KV cache dtype to fp8_e4m3 for DeepSeek DSA on gfx950 device.")
+CP_REFUSAL = "AssertionError: Aiter allreduce fusion is not supported with context parallelism"
 
 
 def _fixed(words: str = "{flag}: it cannot engage here ({why})") -> dict:
@@ -157,7 +164,10 @@ def _fixed(words: str = "{flag}: it cannot engage here ({why})") -> dict:
             "flag-dp-attention": "DP attention", "flag-tp6": "tp_size=6"}
     fixed = {"launch": _scenario(records=[KV_LOG]), "launch-custom-all-reduce": _scenario(fusion=True, prefill=True),
              "flag": _scenario(fusion=True), "launch-bf16": _scenario(kv="bfloat16"),
-             "launch-gfx942": _scenario(kv="bfloat16"), "deepseek-v32": _scenario(kv="bfloat16")}
+             "launch-gfx942": _scenario(kv="bfloat16"), "deepseek-v32": _scenario(kv="bfloat16"),
+             "flag-deterministic": _scenario(records=[("WARNING", f"Disable {flag} because deterministic inference is enabled.")]),
+             "flag-context-parallel": {**_scenario(), "error": CP_REFUSAL}}
+    fixed.update({scenario: _scenario(records=[KV_LOG]) for scenario in rocm_flags.SCENARIOS if scenario.startswith("default-")})
     for scenario, why in whys.items():
         fixed[scenario] = _scenario(fusion=True, records=[("WARNING", words.format(flag=flag, why=why))])
     return fixed
@@ -236,3 +246,55 @@ def test_an_exception_while_resolving_is_unavailable_with_the_exception_never_bu
     result = rocm_flags.judge({"scenarios": resolved, "seconds": 1.0})
     assert result.state == UNAVAILABLE, result
     assert f"flag-tp6: {error}" in result.detail
+
+
+# -- GLM-5's default where a later hook turns the fusion off or refuses it; releases without one ---
+
+
+def test_a_default_that_a_later_hook_turns_off_with_a_warning_about_the_flag_is_a_bug():
+    resolved = _fixed()
+    resolved["default-deterministic"] = _scenario(records=[
+        KV_LOG, ("WARNING", "Disable --enable-aiter-allreduce-fusion because deterministic inference is enabled.")])
+    result = rocm_flags.judge({"scenarios": resolved})
+    assert [c for c, v in result.cases.items() if v == BUG] == ["default-deterministic-stays-off"], result
+
+
+def test_a_default_that_context_parallelism_refuses_is_a_bug_not_unavailable():
+    resolved = _fixed()
+    resolved["default-context-parallel"] = {**_scenario(), "error": CP_REFUSAL}
+    result = rocm_flags.judge({"scenarios": resolved})
+    assert result.state == BUG and [c for c, v in result.cases.items() if v == BUG] == [
+        "default-context-parallel-stays-off"], result
+
+
+def test_another_error_with_context_parallelism_is_unavailable():
+    resolved = _fixed()
+    resolved["flag-context-parallel"] = {**_scenario(), "error": "ValueError: CP needs --enable-prefill-cp"}
+    result = rocm_flags.judge({"scenarios": resolved})
+    assert result.state == UNAVAILABLE and result.cases["flag-context-parallel-refused"] == UNAVAILABLE
+
+
+def test_the_flag_with_context_parallelism_must_be_refused_and_not_warned_about():
+    for got in (_scenario(fusion=True), {**_scenario(records=[("WARNING", "--enable-aiter-allreduce-fusion has no effect")]),
+                                         "error": CP_REFUSAL}):
+        resolved = _fixed()
+        resolved["flag-context-parallel"] = got
+        assert rocm_flags.judge({"scenarios": resolved}).cases["flag-context-parallel-refused"] == BUG
+
+
+def test_two_warnings_about_the_flag_with_deterministic_inference_are_a_bug():
+    resolved = _fixed()
+    resolved["flag-deterministic"] = _scenario(records=[
+        ("WARNING", "--enable-aiter-allreduce-fusion has no effect: --disable-custom-all-reduce is set."),
+        ("WARNING", "Disable --enable-aiter-allreduce-fusion because deterministic inference is enabled.")])
+    assert rocm_flags.judge({"scenarios": resolved}).cases["flag-deterministic-warns-once"] == BUG
+
+
+def test_a_release_without_the_decode_only_field_has_no_default_to_keep():
+    resolved = _fixed()
+    resolved["launch-custom-all-reduce"] = {**_scenario(), "disable_aiter_allreduce_fusion_in_prefill": None}
+    assert rocm_flags.judge({"scenarios": resolved}).cases["default-fusion-on-for-decode-where-it-runs"] == CLEAN
+    # With the field, the default must be on for decode where the fused kernel runs.
+    resolved["launch-custom-all-reduce"] = _scenario()
+    assert rocm_flags.judge({"scenarios": resolved}).cases["default-fusion-on-for-decode-where-it-runs"] == BUG
+

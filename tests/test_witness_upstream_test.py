@@ -257,8 +257,11 @@ def test_the_lock_compares_results_not_how_the_tests_proved_them():
 
 SERIES_TESTS = {
     "0002-quark-keep-mtp-draft-excluded-modules-unquantized": ["built with QuarkLinearMethod"],
+    # The detail is cut after the first failures (16 of 25 tests fail): words from the warning file,
+    # whose failures come first; the KV file's failures are counted in the state.
     "0003-amd-glm5-mi355x-aiter-allreduce-fusion-fp8-kv-default": [
-        "'bfloat16' != 'fp8_e4m3'", "want one warning naming --enable-aiter-allreduce-fusion"],
+        "16 failed assertion(s) in 25 tests", "want one warning naming --enable-aiter-allreduce-fusion",
+        "True is not false"],
 }
 
 

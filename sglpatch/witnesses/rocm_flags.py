@@ -18,10 +18,18 @@ other than 6 (docs/research/flags/NOTES.md). A case is ``bug`` when:
   not resolve the fusion off (0.5.21 on, the release turns on what cannot run there), or logs a
   warning naming a fusion flag it was not given, or does not resolve an fp8_e4m3 KV cache on
   gfx950, or logs that KV default for an "SM9" device instead of gfx950;
-- where the fused kernel can run (custom all-reduce on), GLM-5 does not get the fusion by default
-  for decode only (before 0.5.21 no release does; 0003 carries it);
+- where the fused kernel can run (custom all-reduce on), a release with GLM-5's decode-only
+  default (0.5.21 on: it has the ``disable_aiter_allreduce_fusion_in_prefill`` field) does not
+  turn the fusion on for decode only; a release without the field has no default to keep;
+- that launch with one more condition (``default-*``: SGLANG_USE_AITER unset,
+  SGLANG_USE_AITER_AR=0, the 1-stage all-reduce, DP attention, TP 6, deterministic inference,
+  context parallelism) resolves the fusion on, warns about the flag it was not given (the
+  deterministic-inference hook turning the default off again does), or is refused over it (the
+  context-parallelism assertion: that error is judged, not taken as a scenario that could not run);
 - ``--enable-aiter-allreduce-fusion`` under each condition above logs no warning-level record
-  naming the flag and the condition (in whatever words), or warns where it can run;
+  naming the flag and the condition (in whatever words), or warns where it can run; with
+  deterministic inference it gets more than one warning; with context parallelism the launch is
+  not refused, or a warning comes first;
 - an explicit bfloat16 or gfx942 does not keep bfloat16, or DeepSeek-V3.2 gets fp8 on gfx950.
 
 Patch 0003's own wording of that warning is checked by ``tests/test_patch_0003_wording.py``, not
@@ -123,10 +131,24 @@ LAUNCH = [DROP + "--kv-cache-dtype", DROP + FLAG]
 # The flag where only the scenario's condition keeps the fused kernel from running.
 FLAG_ONLY = [DROP + "--kv-cache-dtype", DROP + "--disable-custom-all-reduce"]
 
+# The same launch where the fused kernel can run (custom all-reduce on): where GLM-5's default
+# applies, it turns the fusion on for decode; each "default-*" scenario adds one condition to it.
+DEFAULT = [*LAUNCH, DROP + "--disable-custom-all-reduce"]
+# Deterministic inference refuses the DSA attention backend; GLM-5 runs it on triton.
+DETERMINISTIC = ["--enable-deterministic-inference", "--attention-backend", "triton"]
+CONTEXT_PARALLEL = ["--attn-cp-size", "2"]
+
 # name -> (argv edits over the profile, env edits over the profile's env)
 SCENARIOS: dict[str, Scenario] = {
     "launch": (LAUNCH, {}),
-    "launch-custom-all-reduce": ([*LAUNCH, DROP + "--disable-custom-all-reduce"], {}),
+    "launch-custom-all-reduce": (DEFAULT, {}),
+    "default-no-SGLANG_USE_AITER": (DEFAULT, {"SGLANG_USE_AITER": None}),
+    "default-SGLANG_USE_AITER_AR-0": (DEFAULT, {"SGLANG_USE_AITER_AR": "0"}),
+    "default-1stage-allreduce": (DEFAULT, {"SGLANG_USE_1STAGE_ALLREDUCE": "1"}),
+    "default-dp-attention": ([*DEFAULT, "--enable-dp-attention", "--dp-size", "8"], {}),
+    "default-tp6": ([*DEFAULT, "--tp-size", "6"], {}),
+    "default-deterministic": ([*DEFAULT, *DETERMINISTIC], {}),
+    "default-context-parallel": ([*DEFAULT, *CONTEXT_PARALLEL], {}),
     "flag": (FLAG_ONLY, {}),
     "flag-no-custom-all-reduce": ([DROP + "--kv-cache-dtype"], {}),
     "flag-no-SGLANG_USE_AITER": (FLAG_ONLY, {"SGLANG_USE_AITER": None}),
@@ -134,6 +156,8 @@ SCENARIOS: dict[str, Scenario] = {
     "flag-1stage-allreduce": (FLAG_ONLY, {"SGLANG_USE_1STAGE_ALLREDUCE": "1"}),
     "flag-dp-attention": ([*FLAG_ONLY, "--enable-dp-attention", "--dp-size", "8"], {}),
     "flag-tp6": ([*FLAG_ONLY, "--tp-size", "6"], {}),
+    "flag-deterministic": ([*FLAG_ONLY, *DETERMINISTIC], {}),
+    "flag-context-parallel": ([*FLAG_ONLY, *CONTEXT_PARALLEL], {}),
     "launch-bf16": ([*LAUNCH, "--kv-cache-dtype", "bfloat16"], {}),
     "launch-gfx942": (LAUNCH, {ARCH_KEY: GFX942}),
     "deepseek-v32": ([*LAUNCH, "--model-path", DEEPSEEK_V32_MODEL], {}),
@@ -150,6 +174,13 @@ CONDITIONS = {
     "flag-dp-attention": r"dp.attention",
     "flag-tp6": r"tp.size\D*6",
 }
+
+
+# What every release says when it refuses the fusion with context parallelism (its assertion in
+# the context-parallelism hook): that refusal is judged, not taken as a scenario that could not run.
+CONTEXT_PARALLEL_REFUSAL = re.compile(r"allreduce fusion is not supported with context parallelism", re.IGNORECASE)
+# scenario -> the error it may end in that a case judges
+JUDGED_ERRORS = {"default-context-parallel": CONTEXT_PARALLEL_REFUSAL, "flag-context-parallel": CONTEXT_PARALLEL_REFUSAL}
 
 
 def _fusion_off(got: dict) -> str:
@@ -182,6 +213,10 @@ def _kv_log_names_gfx950(got: dict) -> str:
 
 
 def _default_where_it_runs(got: dict) -> str:
+    if got.get("disable_aiter_allreduce_fusion_in_prefill") is None and got["enable_aiter_allreduce_fusion"] is False:
+        # No per-phase field (before 0.5.21): the release has no GLM-5 fusion default to keep, and
+        # nothing turned the fusion on.
+        return ""
     if got["enable_aiter_allreduce_fusion"] is not True:
         return f"fusion {got['enable_aiter_allreduce_fusion']} where it runs, want on by default"
     if got.get("disable_aiter_allreduce_fusion_in_prefill") is not True:
@@ -200,6 +235,32 @@ def _warns_naming(condition: str):
     return check
 
 
+def _default_stays_off(got: dict) -> str:
+    """No fusion flag given, where the fused kernel cannot run or a later hook refuses it: the
+    launch resolves it off, is not refused over it, and warns about no flag it was not given."""
+    if got.get("error"):
+        return f"the launch is refused over a fusion it was not asked for: {got['error']}"
+    if got["enable_aiter_allreduce_fusion"] is not False:
+        return f"fusion {got['enable_aiter_allreduce_fusion']} where it cannot run"
+    return _no_flag_warning(got)
+
+
+def _warns_once_naming(condition: str):
+    def check(got: dict) -> str:
+        inert = inert_fusion_warnings(got)
+        if len(inert) > 1:
+            return f"{len(inert)} warnings naming {FLAG}, want one: {inert}"
+        return _warns_naming(condition)(got)
+    return check
+
+
+def _refused_without_a_warning(got: dict) -> str:
+    if not got.get("error"):
+        return f"the flag with context parallelism was not refused (fusion {got['enable_aiter_allreduce_fusion']})"
+    inert = inert_fusion_warnings(got)
+    return f"warns before refusing: {inert[0]}" if inert else ""
+
+
 def _quiet_where_it_runs(got: dict) -> str:
     inert = inert_fusion_warnings(got)
     if inert:
@@ -214,7 +275,11 @@ CASES: dict[str, tuple[str, Callable[[dict], str]]] = {
     "launch-kv-fp8-on-gfx950": ("launch", _kv("fp8_e4m3")),
     "launch-kv-log-names-gfx950": ("launch", _kv_log_names_gfx950),
     "default-fusion-on-for-decode-where-it-runs": ("launch-custom-all-reduce", _default_where_it_runs),
+    **{f"{scenario}-stays-off": (scenario, _default_stays_off) for scenario in SCENARIOS
+       if scenario.startswith("default-")},
     **{f"{scenario}-warns": (scenario, _warns_naming(condition)) for scenario, condition in CONDITIONS.items()},
+    "flag-deterministic-warns-once": ("flag-deterministic", _warns_once_naming(r"determinis")),
+    "flag-context-parallel-refused": ("flag-context-parallel", _refused_without_a_warning),
     "flag-quiet-where-it-runs": ("flag", _quiet_where_it_runs),
     "explicit-bf16-kept": ("launch-bf16", _kv("bfloat16")),
     "gfx942-keeps-bf16": ("launch-gfx942", _kv("bfloat16")),
@@ -227,7 +292,7 @@ class RocmFlagsWitness:
 
     def __init__(self, profile: Profile | None = None):
         self.profile = profile or load_profile(PROFILE)
-        self.version = f"3-{self.profile.name}-v{self.profile.version}"
+        self.version = f"4-{self.profile.name}-v{self.profile.version}"
 
     def fingerprint(self, pin: Pin) -> str:
         code = probing.code_digest()
@@ -279,7 +344,8 @@ def judge(answer: dict, name: str = RocmFlagsWitness.name) -> WitnessResult:
     cases, problems, unresolved = {}, [], []
     for case, (scenario, check_case) in CASES.items():
         got = resolved.get(scenario)
-        if got is None or got.get("error"):
+        judged = JUDGED_ERRORS.get(scenario)
+        if got is None or (got.get("error") and not (judged and judged.search(got["error"]))):
             cases[case] = UNAVAILABLE
             why = "not answered" if got is None else got["error"]
             unresolved.append(f"{scenario}: {why}")

@@ -6,7 +6,9 @@ or SGLANG_USE_1STAGE_ALLREDUCE=1), without DP attention and with tp_size other t
 elsewhere the all-reduce and the RMSNorm run unfused. GlmMoeDsaForCausalLM's ROCm default
 turned it on regardless, so the EAGLE launch AMD needs (--disable-custom-all-reduce)
 resolved to a fusion that never runs, and an explicit --enable-aiter-allreduce-fusion was
-as silently inert. Server arguments are resolved as launch_server resolves them, on an
+as silently inert. The default also ran before the hooks that undo it: deterministic
+inference turned it off again, warning about a flag nobody passed, and context parallelism
+refused the launch. Server arguments are resolved as launch_server resolves them, on an
 emulated 8x MI355X node.
 
     python3 test/registered/unit/server_args/test_aiter_allreduce_fusion_inert_warning.py -v
@@ -33,6 +35,10 @@ from sglang.test.test_utils import CustomTestCase
 register_cpu_ci(est_time=10, suite="base-a-test-cpu")
 
 FLAG = "--enable-aiter-allreduce-fusion"
+# Where deterministic inference turns the fusion off, with a warning.
+ATTENTION_HOOK_LOGGER = "sglang.srt.arg_groups.attention_hook"
+# Deterministic inference refuses the DSA attention backend; triton serves GLM-5.
+DETERMINISTIC = ("--enable-deterministic-inference", "--attention-backend=triton")
 EAGLE = (
     "--speculative-algorithm=EAGLE",
     "--speculative-num-steps=5",
@@ -63,18 +69,6 @@ GLM5_CONFIG = {
     "num_nextn_predict_layers": 1,
     "vocab_size": 154880,
     "max_position_embeddings": 202752,
-    "torch_dtype": "bfloat16",
-}
-LLAMA_CONFIG = {
-    "architectures": ["LlamaForCausalLM"],
-    "model_type": "llama",
-    "hidden_size": 4096,
-    "intermediate_size": 14336,
-    "num_attention_heads": 32,
-    "num_key_value_heads": 8,
-    "num_hidden_layers": 32,
-    "vocab_size": 128256,
-    "max_position_embeddings": 8192,
     "torch_dtype": "bfloat16",
 }
 MI355X = SimpleNamespace(
@@ -121,7 +115,7 @@ class TestAiterAllreduceFusionInertWarning(CustomTestCase):
     def setUpClass(cls):
         cls.models = tempfile.TemporaryDirectory()
         cls.model_paths = {}
-        for name, config in (("glm5", GLM5_CONFIG), ("llama", LLAMA_CONFIG)):
+        for name, config in (("glm5", GLM5_CONFIG),):
             path = os.path.join(cls.models.name, name)
             os.makedirs(path)
             with open(os.path.join(path, "config.json"), "w") as f:
@@ -148,38 +142,92 @@ class TestAiterAllreduceFusionInertWarning(CustomTestCase):
             server_args.resolve_once()
             return server_args.resolved_dict()
 
-    def fusion_warnings(self, *argv, **env):
-        """The warnings that name the fusion flag, of a GLM-5 launch (which always warns
-        about its DSA settings, so there are records to capture)."""
-        with self.assertLogs("sglang", level=logging.WARNING) as logs:
-            self.launch(*argv, **env)
-        return [
-            record.getMessage()
-            for record in logs.records
-            if record.levelno >= logging.WARNING and FLAG in record.getMessage()
-        ]
+    @contextmanager
+    def fusion_warnings(self):
+        """Collects the warning-level records that name the fusion flag. Unlike
+        assertLogs, it asks for no record at all: the loggers that decide the
+        fusion also warn about DSA settings, so assertNoLogs cannot be used on
+        them either."""
+        warnings = []
+        handler = logging.Handler(level=logging.WARNING)
+        handler.emit = lambda record: (
+            warnings.append(record.getMessage())
+            if FLAG in record.getMessage()
+            else None
+        )
+        sglang_logger = logging.getLogger("sglang")
+        sglang_logger.addHandler(handler)
+        try:
+            yield warnings
+        finally:
+            sglang_logger.removeHandler(handler)
 
     def assert_one_warning_naming(self, pattern, *argv, **env):
-        warnings = self.fusion_warnings(FLAG, *argv, **env)
+        with self.fusion_warnings() as warnings:
+            self.launch(FLAG, *argv, **env)
         self.assertEqual(
             len(warnings), 1, f"want one warning naming {FLAG}: {warnings}"
         )
         self.assertRegex(warnings[0], pattern)
 
-    # The GLM-5 default.
-
-    def test_glm5_default_leaves_the_fusion_off_without_custom_all_reduce(self):
-        resolved = self.launch("--disable-custom-all-reduce", *EAGLE)
-        self.assertFalse(resolved["enable_aiter_allreduce_fusion"])
-
-    def test_glm5_default_launch_warns_about_no_flag_it_was_not_given(self):
-        warnings = self.fusion_warnings("--disable-custom-all-reduce", *EAGLE)
-        self.assertEqual(warnings, [])
+    # GLM-5's default: on for decode where the fused kernel runs, off elsewhere.
 
     def test_glm5_default_turns_the_fusion_on_for_decode_where_it_runs(self):
         resolved = self.launch(*EAGLE)
         self.assertTrue(resolved["enable_aiter_allreduce_fusion"])
         self.assertTrue(resolved["disable_aiter_allreduce_fusion_in_prefill"])
+
+    def test_glm5_default_leaves_the_fusion_off_without_custom_all_reduce(self):
+        resolved = self.launch("--disable-custom-all-reduce", *EAGLE)
+        self.assertFalse(resolved["enable_aiter_allreduce_fusion"])
+
+    def test_glm5_default_says_at_info_why_it_leaves_the_fusion_off(self):
+        with self.assertLogs("sglang", level=logging.INFO) as logs:
+            self.launch("--disable-custom-all-reduce", *EAGLE)
+        info = [
+            r.getMessage() for r in logs.records if "AllReduce Fusion" in r.getMessage()
+        ]
+        self.assertEqual(len(info), 1, info)
+        self.assertRegex(
+            info[0], r"not enabled by default.*--disable-custom-all-reduce"
+        )
+
+    def test_glm5_default_launch_warns_about_no_flag_it_was_not_given(self):
+        with self.fusion_warnings() as warnings:
+            self.launch("--disable-custom-all-reduce", *EAGLE)
+        self.assertEqual(warnings, [])
+
+    def test_glm5_default_leaves_the_fusion_off_without_sglang_use_aiter(self):
+        resolved = self.launch(*EAGLE, SGLANG_USE_AITER=None)
+        self.assertFalse(resolved["enable_aiter_allreduce_fusion"])
+
+    def test_glm5_default_leaves_the_fusion_off_with_sglang_use_aiter_ar_off(self):
+        resolved = self.launch(*EAGLE, SGLANG_USE_AITER_AR="0")
+        self.assertFalse(resolved["enable_aiter_allreduce_fusion"])
+
+    def test_glm5_default_leaves_the_fusion_off_with_the_1stage_all_reduce(self):
+        resolved = self.launch(*EAGLE, SGLANG_USE_1STAGE_ALLREDUCE="1")
+        self.assertFalse(resolved["enable_aiter_allreduce_fusion"])
+
+    def test_glm5_default_leaves_the_fusion_off_with_tp_size_6(self):
+        resolved = self.launch(*EAGLE, "--tp-size=6")
+        self.assertFalse(resolved["enable_aiter_allreduce_fusion"])
+
+    def test_glm5_default_leaves_the_fusion_off_with_dp_attention(self):
+        resolved = self.launch(*EAGLE, "--enable-dp-attention", "--dp-size=8")
+        self.assertFalse(resolved["enable_aiter_allreduce_fusion"])
+
+    def test_glm5_default_with_deterministic_inference_warns_about_no_flag(self):
+        # handle_deterministic_inference runs after the default: it would turn
+        # the fusion off again, warning about a flag nobody passed.
+        with self.assertNoLogs(ATTENTION_HOOK_LOGGER, level=logging.WARNING):
+            resolved = self.launch(*EAGLE, *DETERMINISTIC)
+        self.assertFalse(resolved["enable_aiter_allreduce_fusion"])
+
+    def test_glm5_default_leaves_the_fusion_off_with_context_parallelism(self):
+        # handle_context_parallelism asserts the fusion is off.
+        resolved = self.launch(*EAGLE, "--attn-cp-size=2")
+        self.assertFalse(resolved["enable_aiter_allreduce_fusion"])
 
     # The flag, where the fused kernel cannot run: one warning, naming why.
 
@@ -211,9 +259,23 @@ class TestAiterAllreduceFusionInertWarning(CustomTestCase):
             re.compile(r"tp.size\D*6", re.IGNORECASE), "--tp-size=6"
         )
 
+    def test_flag_warns_once_with_deterministic_inference(self):
+        # handle_deterministic_inference's own warning; nothing more.
+        self.assert_one_warning_naming(
+            re.compile(r"deterministic", re.IGNORECASE), *DETERMINISTIC
+        )
+
+    def test_flag_with_context_parallelism_is_refused_without_a_warning(self):
+        # handle_context_parallelism refuses the launch; nothing warns first.
+        with self.fusion_warnings() as warnings:
+            with self.assertRaisesRegex(AssertionError, "context parallelism"):
+                self.launch(FLAG, "--attn-cp-size=2")
+        self.assertEqual(warnings, [])
+
     def test_flag_does_not_warn_where_the_fusion_runs(self):
-        with self.assertNoLogs("sglang", level=logging.WARNING):
-            resolved = self.launch(FLAG, model="llama")
+        with self.fusion_warnings() as warnings:
+            resolved = self.launch(FLAG, *EAGLE)
+        self.assertEqual(warnings, [])
         self.assertTrue(resolved["enable_aiter_allreduce_fusion"])
 
 

@@ -128,7 +128,7 @@ class TestGlm5Gfx950KvCacheDtype(CustomTestCase):
             self.kv_cache_dtype()
         lines = [m for m in logs.output if "Setting KV cache dtype" in m]
         self.assertEqual(len(lines), 1, logs.output)
-        self.assertIn("gfx950", lines[0])
+        self.assertIn("for GLM-5 DSA on gfx950", lines[0])
         self.assertNotIn("SM9", lines[0])
 
     def test_explicit_bfloat16_is_kept_on_gfx950(self):
