@@ -125,7 +125,8 @@ def into_lines(done, *, verbose: bool = False) -> list[str]:
         count = f"{len(done.commits)} commit{'s' if len(done.commits) != 1 else ''}"
         on = f"on branch {done.branch}" if done.branch else "on a detached HEAD"
         lines = [f"{where}: {count} added {on}, {series}:"]
-        lines += [f"  {commit[:12]} {subject}" for commit, subject in zip(done.commits, done.subjects)]
+        # Cut as git log's %<(N,trunc) does, so a line fits a terminal; the JSON keeps the whole subject.
+        lines += [f"  {commit[:12]} {_cut(subject, SUBJECT_WIDTH)}" for commit, subject in zip(done.commits, done.subjects)]
     else:
         count = f"{len(done.files)} file{'s' if len(done.files) != 1 else ''}"
         lines = [f"{where}: {count} rewritten in place (not a git checkout), {series}:"]
@@ -144,3 +145,10 @@ def into_lines(done, *, verbose: bool = False) -> list[str]:
         lines.append(f"check: the files above; undo: put them back from sglang {done.version} as released")
     lines.append("next:  restart the sglang server: it loads the patched code when it starts")
     return lines
+
+
+SUBJECT_WIDTH = 84  # with the indent and the 12-digit commit, a line of at most 99 characters
+
+
+def _cut(subject: str, width: int) -> str:
+    return subject if len(subject) <= width else subject[:width - 2] + ".."
