@@ -3,7 +3,11 @@ environment while it can, and every item is done once, in order of the results."
 
 from __future__ import annotations
 
+import functools
 import os
+import time
+
+from pathlib import Path
 
 import pytest
 
@@ -54,9 +58,23 @@ def _pid(item):
     return os.getpid()
 
 
-def test_pins_of_one_environment_stay_with_one_worker_while_there_are_others_to_begin():
+def _pid_once_1_is_done(marker, item):
+    # Item 3 holds its worker until item 1 has run: a worker that ends its own group while the
+    # other still runs its first item may rightly take that group's next, so without this hold
+    # a slow-starting process on a loaded machine would make the order a race.
+    if item == 1:
+        Path(marker).write_text("1")
+    if item == 3:
+        deadline = time.monotonic() + 60
+        while not Path(marker).exists() and time.monotonic() < deadline:
+            time.sleep(0.01)
+    return os.getpid()
+
+
+def test_pins_of_one_environment_stay_with_one_worker_while_there_are_others_to_begin(tmp_path):
     groups = {0: "x", 1: "x", 2: "y", 3: "y"}
-    pids = workers.share_out([0, 1, 2, 3], groups.get, _pid, 2)
+    work = functools.partial(_pid_once_1_is_done, str(tmp_path / "item-1-done"))
+    pids = workers.share_out([0, 1, 2, 3], groups.get, work, 2)
     # Each worker begins a group of its own and goes on with it; the last pin of y may be taken
     # by whichever worker is free first, once x is done.
     assert pids[0] != pids[2] and pids[0] == pids[1]
