@@ -138,26 +138,26 @@ DEFAULT = [*LAUNCH, DROP + "--disable-custom-all-reduce"]
 DETERMINISTIC = ["--enable-deterministic-inference", "--attention-backend", "triton"]
 CONTEXT_PARALLEL = ["--attn-cp-size", "2"]
 
+# Each condition that keeps the fused kernel from running, beyond the disabled custom all-reduce:
+# as (argv edits, env edits) added to the default's launch and to the explicit flag's.
+KEEPS_THE_FUSION_OFF: dict[str, Scenario] = {
+    "no-SGLANG_USE_AITER": ([], {"SGLANG_USE_AITER": None}),
+    "SGLANG_USE_AITER_AR-0": ([], {"SGLANG_USE_AITER_AR": "0"}),
+    "1stage-allreduce": ([], {"SGLANG_USE_1STAGE_ALLREDUCE": "1"}),
+    "dp-attention": (["--enable-dp-attention", "--dp-size", "8"], {}),
+    "tp6": (["--tp-size", "6"], {}),
+    "deterministic": (DETERMINISTIC, {}),
+    "context-parallel": (CONTEXT_PARALLEL, {}),
+}
+
 # name -> (argv edits over the profile, env edits over the profile's env)
 SCENARIOS: dict[str, Scenario] = {
     "launch": (LAUNCH, {}),
     "launch-custom-all-reduce": (DEFAULT, {}),
-    "default-no-SGLANG_USE_AITER": (DEFAULT, {"SGLANG_USE_AITER": None}),
-    "default-SGLANG_USE_AITER_AR-0": (DEFAULT, {"SGLANG_USE_AITER_AR": "0"}),
-    "default-1stage-allreduce": (DEFAULT, {"SGLANG_USE_1STAGE_ALLREDUCE": "1"}),
-    "default-dp-attention": ([*DEFAULT, "--enable-dp-attention", "--dp-size", "8"], {}),
-    "default-tp6": ([*DEFAULT, "--tp-size", "6"], {}),
-    "default-deterministic": ([*DEFAULT, *DETERMINISTIC], {}),
-    "default-context-parallel": ([*DEFAULT, *CONTEXT_PARALLEL], {}),
+    **{f"default-{name}": ([*DEFAULT, *argv], env) for name, (argv, env) in KEEPS_THE_FUSION_OFF.items()},
     "flag": (FLAG_ONLY, {}),
     "flag-no-custom-all-reduce": ([DROP + "--kv-cache-dtype"], {}),
-    "flag-no-SGLANG_USE_AITER": (FLAG_ONLY, {"SGLANG_USE_AITER": None}),
-    "flag-SGLANG_USE_AITER_AR-0": (FLAG_ONLY, {"SGLANG_USE_AITER_AR": "0"}),
-    "flag-1stage-allreduce": (FLAG_ONLY, {"SGLANG_USE_1STAGE_ALLREDUCE": "1"}),
-    "flag-dp-attention": ([*FLAG_ONLY, "--enable-dp-attention", "--dp-size", "8"], {}),
-    "flag-tp6": ([*FLAG_ONLY, "--tp-size", "6"], {}),
-    "flag-deterministic": ([*FLAG_ONLY, *DETERMINISTIC], {}),
-    "flag-context-parallel": ([*FLAG_ONLY, *CONTEXT_PARALLEL], {}),
+    **{f"flag-{name}": ([*FLAG_ONLY, *argv], env) for name, (argv, env) in KEEPS_THE_FUSION_OFF.items()},
     "launch-bf16": ([*LAUNCH, "--kv-cache-dtype", "bfloat16"], {}),
     "launch-gfx942": (LAUNCH, {ARCH_KEY: GFX942}),
     "deepseek-v32": ([*LAUNCH, "--model-path", DEEPSEEK_V32_MODEL], {}),
