@@ -538,3 +538,9 @@ def three_way(fake_project, tmp_path, monkeypatch, test_witnesses):
     locked = json.loads(fake_project.project.lock_file.read_text())["pins"]["0.2.5"]
     assert locked["patches"][0]["status"] == "applied-three-way"
     return fake_project
+
+
+def pip_default_index_host() -> str:
+    """pip's own default index host, asked of pip (so no file here names it)."""
+    code = "from pip._internal.models.index import PyPI; print(PyPI.netloc)"
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO_ROOT
+from conftest import REPO_ROOT, pip_default_index_host
 from sglpatch.apply.apply_pins import apply_series
 from sglpatch.plumbing.errors import SglpatchError
 from sglpatch.sources import index_listing
@@ -136,8 +136,7 @@ def _naming(text: str, name: str) -> bool:
 def test_the_repository_names_no_registry_host_that_pip_or_apt_here_use():
     names = _registry_names(_pip_hosts() | _apt_hosts())
     # pip's own default index is always among them, so the scan below always has something to find.
-    default = subprocess.run([sys.executable, "-c", "from pip._internal.models.index import PyPI; print(PyPI.netloc)"],
-                             capture_output=True, text=True, check=True).stdout.strip()
+    default = pip_default_index_host()
     assert default in names, names
     assert all(_naming(f"see https://{name}/simple", name) and not _naming(f"x{name}", name) for name in names)
     tracked = subprocess.run(["git", "ls-files", "-z"], cwd=REPO_ROOT, capture_output=True, text=True, check=True).stdout

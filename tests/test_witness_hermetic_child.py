@@ -15,7 +15,7 @@ import sys
 import textwrap
 from pathlib import Path
 
-from conftest import REPO_ROOT
+from conftest import REPO_ROOT, pip_default_index_host
 
 PROBES = REPO_ROOT / "sglpatch" / "witnesses" / "probes"
 
@@ -99,12 +99,6 @@ print(json.dumps(answer))
 '''
 
 
-def _pip_default_index_host() -> str:
-    """pip's own default index, asked of pip: a host this machine can reach, named by no file here."""
-    code = "from pip._internal.models.index import PyPI; print(PyPI.netloc)"
-    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
-
-
 def _run_child(tmp_path: Path, test_text: str) -> dict:
     """The probe run on a tree whose python/ holds a module and the collector's double."""
     tree = tmp_path / "tree"
@@ -130,7 +124,7 @@ def test_a_test_gets_an_empty_home_and_no_network_and_one_that_needs_it_cannot_t
     monkeypatch.syspath_prepend(str(PROBES))  # the probe imports its neighbours as the child does
     from upstream_test_probe import NO_NETWORK
 
-    text = TEST_FILE.format(caller_home=os.environ.get("HOME", "/root"), why=NO_NETWORK, index_host=_pip_default_index_host())
+    text = TEST_FILE.format(caller_home=os.environ.get("HOME", "/root"), why=NO_NETWORK, index_host=pip_default_index_host())
     answer = _run_child(tmp_path, text)
     found = answer["files"]["test/registered/unit/test_x.py"]
     print(json.dumps(answer, indent=1)[:3000])
