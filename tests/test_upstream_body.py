@@ -184,6 +184,40 @@ def test_a_command_that_ran_shows_its_own_before_and_after_and_replays_are_marke
     assert "with the change: passes: 3 passed" in flat
 
 
+def _unittest_report(failed: int, passed: int) -> str:
+    """What unittest prints for ``failed`` tests that raised and ``passed`` that did not, each
+    failure's traceback twenty lines long, as sglang's CustomTestCase retries print them."""
+    out = ["E" * failed + "." * passed]
+    for n in range(failed):
+        out += ["=" * 70, f"ERROR: test_{n} (__main__.T.test_{n})", "-" * 70, "Traceback (most recent call last):",
+                *[f'  File "python/sglang/m{k}.py", line {k}, in f' for k in range(18)],
+                f"AssertionError: case {n} is wrong", "", "During handling of the above exception, another exception "
+                "occurred:", "", "Exception: retry() exceed maximum number of retries.", ""]
+    out += ["-" * 70, f"Ran {failed + passed} tests in 0.300s", "", f"FAILED (errors={failed})"]
+    return "\n".join(out) + "\n"
+
+
+def test_a_long_failed_run_shows_each_failed_test_and_its_assertion_then_the_summary():
+    run = upstream_body.TestRun("python3 t.py", None, None, plain_before=(_plain(_unittest_report(2, 5), 1),),
+                                plain_after=(_plain("...\n" + "-" * 70 + "\nRan 7 tests in 0.1s\n\nOK\n", 0),))
+    body = upstream_body.render_body(MESSAGE, files=[], tests=["t.py"], run=run, matrix=[], hooks=None)
+    flat = " ".join(body.split())
+    assert ("without the change it printed (excerpt of its 61 lines: each failed test's line and its assertion, "
+            "then the last 3):") in flat
+    shown = body.split("then the last 3):\n\n```\n")[1].split("\n```")[0].splitlines()
+    assert shown == ["ERROR: test_0 (__main__.T.test_0)", "AssertionError: case 0 is wrong",
+                     "ERROR: test_1 (__main__.T.test_1)", "AssertionError: case 1 is wrong",
+                     "Ran 7 tests in 0.300s", "", "FAILED (errors=2)"]
+
+
+def test_a_run_with_more_failures_than_the_body_holds_says_how_many_it_shows():
+    run = upstream_body.TestRun("python3 t.py", None, None, plain_before=(_plain(_unittest_report(14, 6), 1),),
+                                plain_after=(_plain("OK\n", 0),))
+    body = upstream_body.render_body(MESSAGE, files=[], tests=["t.py"], run=run, matrix=[], hooks=None)
+    assert "the first 8 of 14 failed tests' lines and their assertions, then the last 3" in " ".join(body.split())
+    assert "AssertionError: case 7 is wrong" in body and "case 8 is wrong" not in body
+
+
 def test_a_printed_line_too_long_for_the_body_is_cut_and_said_so():
     long = "AssertionError: " + "x" * 400
     run = upstream_body.TestRun("python3 t.py", None, None, plain_before=(_plain(long + "\n", 1),),

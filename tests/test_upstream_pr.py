@@ -340,7 +340,7 @@ def test_the_branch_sits_on_the_clones_later_commit_and_carries_the_patchs_test(
     without = _block_after(body, "without the change it printed")
     assert without[-1] == "FAILED (failures=1)" and any("AssertionError: '#ifndef USE_ROCM' not found" in l for l in without)
     assert _block_after(body, "With the change it printed")[-1] == "OK"
-    assert "(trimmed: the last 8 of its" in body
+    assert "(excerpt of its 13 lines: each failed test's line and its assertion, then the last 3)" in " ".join(body.split())
     assert "The verdicts here rest on the same tests run in-process, on CPU:" in body
     assert "without the change: fails: test_kernel_rocm_guard.py: AssertionError: '#ifndef USE_ROCM' not found" in body
     assert "with the change: passes: 1 file(s) passed" in body
@@ -611,7 +611,7 @@ def test_a_second_export_marks_every_block_it_did_not_run_again(guard_project, t
     body = " ".join(second.body.read_text().split())
     assert second.commit == first.commit
     # What the command printed, and the in-process run: both blocks say they were not run again.
-    assert "without the change it printed (trimmed: the last 8 of its 13 lines) (replayed: a stored result of " in body
+    assert "without the change it printed (excerpt of its 13 lines: each failed test's line and its assertion, then the last 3) (replayed: a stored result of " in body
     assert "With the change it printed (all 5 lines) (replayed: a stored result of " in body
     assert ("without the change (replayed: a stored result of 2026-12-01T10:00:00Z, not run again): fails: "
             "test_kernel_rocm_guard.py") in body

@@ -3,8 +3,8 @@ the files they edit and sglang's own pre-commit configuration at its root (test 
 stated in tests/test_upstream_fixtures/): 0002 as one, 0003 as its two, each on the clone's later
 commit with its own regression test under test/registered/unit/, the clone's hooks run by the
 real pre-commit, and a body in upstream's template that shows the test's command, what that
-command printed without and with the change, the in-process run it was judged by, and the
-upstream work it relates to."""
+command printed without and with the change (run in the release's own torch and torchvision:
+unittest's report), the in-process run it was judged by, and the upstream work it relates to."""
 
 from __future__ import annotations
 
@@ -61,7 +61,12 @@ def _shows_its_own_test(result, test: str, others: tuple[str, ...] = ()):
     assert f"```bash\npython3 {test}\n```" in body
     flat = " ".join(body.split())
     assert "Run as shown from the repository root on a CPU-only machine (Python 3." in flat
-    assert re.search(r"\((trimmed: the last \d+ of its \d+ lines|all \d+ lines|its one line)\)", flat)
+    assert re.search(r"\((trimmed: the last \d+ of its \d+ lines|all \d+ lines|its one line|excerpt of its \d+ lines: [^)]*)\)", flat)
+    # The command itself ran the tests, in the release's own torch and torchvision: unittest's
+    # report says they failed without the change and passed with it.
+    assert re.search(r"without the change it printed .*?``` .*?Ran \d+ tests in [\d.]+s FAILED \((errors|failures)=\d+\) ```", flat)
+    assert re.search(r"With the change it printed .*?``` .*?Ran \d+ tests in [\d.]+s OK ```", flat)
+    assert re.search(r"torch 2\.14\.1 and torchvision 0\.\d+\.\d+ as the release requires them", flat)
     replayed = r"(?: \(replayed: [^)]*\))?"  # a second run's kept answers say so
     assert re.search(rf"without the change{replayed}: fails: \d+ failed assertion\(s\) in \d+ tests \({re.escape(name)} ",
                      flat)

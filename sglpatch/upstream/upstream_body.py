@@ -189,17 +189,37 @@ def _plain_runs(before: PlainRun, after: PlainRun, several: bool) -> list[str]:
 PLAIN_WIDTH = 2 * OUTPUT_WIDTH  # a longer printed line is cut, and the body says so
 
 
+def _shown(run: PlainRun) -> tuple[list[str], str]:
+    """The lines of what a command printed that the body shows, and how they were picked: all of
+    a short output; of a long one that ran tests and failed, unittest's line for each failed test
+    and its assertion, then the last lines (its summary); else its last lines."""
+    tail, total = run.last_lines(PLAIN_LINES)
+    if len(tail) == total:
+        return tail, f"all {total} lines" if total != 1 else "its one line"
+    failures = run.failures()
+    if run.ran_tests and failures:
+        shown = failures[:2 * PLAIN_LINES]
+        tests = sum(1 for line in failures if not line.startswith("AssertionError"))
+        named = sum(1 for line in shown if not line.startswith("AssertionError"))
+        which = ("each failed test's line and its assertion" if named == tests
+                 else f"the first {named} of {tests} failed tests' lines and their assertions")
+        summary = tail[-TAIL_AFTER_FAILURES:]
+        return shown + summary, f"excerpt of its {total} lines: {which}, then the last {len(summary)}"
+    return tail, f"trimmed: the last {len(tail)} of its {total} lines"
+
+
+TAIL_AFTER_FAILURES = 3  # "Ran N tests in ...", a blank line, "FAILED (...)"
+
+
 def _trim_note(run: PlainRun) -> str:
-    shown, total = run.last_lines(PLAIN_LINES)
-    said = (f"trimmed: the last {len(shown)} of its {total} lines" if len(shown) < total
-            else f"all {total} lines" if total != 1 else "its one line")
+    shown, said = _shown(run)
     if any(len(line) > PLAIN_WIDTH for line in shown):
         said += f"; long lines cut at {PLAIN_WIDTH} characters"
     return f" ({said})"
 
 
 def _block(run: PlainRun) -> list[str]:
-    shown, _ = run.last_lines(PLAIN_LINES)
+    shown, _ = _shown(run)
     return ["```", *(line if len(line) <= PLAIN_WIDTH else line[:PLAIN_WIDTH - 4] + " ..." for line in shown), "```"]
 
 

@@ -5,9 +5,11 @@ The body shows this command, so what it says under the command is what the comma
 here: its own output (unittest's ``Ran 3 tests`` / ``FAILED (failures=1)``, or the traceback it
 stopped with), never a summary made by another run. ``python/`` is on ``PYTHONPATH`` in place of
 sglang's ``pip install -e python``; the child has a declared environment of its own (an empty
-home and temporary folder, the hubs offline). On a CPU-only machine without sglang's GPU-only
-packages the command may stop while importing sglang: that is then what it printed, and the body
-says so beside the in-process run on the emulated box that the export's judgement rests on.
+home and temporary folder, the hubs offline). The Python is the pin's CPU Python with the torch
+and torchvision the release's metadata requires in front (sglang imports torchvision, which has
+no CPU build on the index). A test that needs a package only a GPU box has can still stop while
+importing: that is then what it printed, and the body says so beside the in-process run on the
+emulated box that the export's judgement also rests on.
 
 A run is remembered under everything it read (the tree, the command, the interpreter's
 environment and the variables it was given) and a remembered one is marked ``replayed``, so a
@@ -34,15 +36,16 @@ from sglpatch.witnesses import cpu_envs, probe_runs
 RUN_LIMIT_S = 600
 TIMED_OUT = 124
 PLAIN_RUNS = cache.Memo("upstream-plain-run")
-LAYOUT = "1"  # bump when what a run is keyed by, or how it is run, changes
+LAYOUT = "2"  # bump when what a run is keyed by, or how it is run, changes
 _RAN_RE = re.compile(r"^Ran (\d+) tests? in ", re.M)
+_FAILURE_RE = re.compile(r"^(?:(?:FAIL|ERROR): \S+ \(|AssertionError\b)")
 _SITE_RE = re.compile(r"(?:/[^\s\"'/]+)+/(site-packages|dist-packages)/")
 
 
 @dataclass(frozen=True)
 class Interpreter:
     """The Python the command's ``python3`` is: its ``bin`` folder goes first on ``PATH``;
-    ``described`` is how a reviewer reads it (``Python 3.11, torch 2.13.0+cpu``); ``identity``
+    ``described`` is how a reviewer reads it (``Python 3.11, torch 2.14.1 and torchvision 0.29.1 ...``); ``identity``
     is what a remembered run is keyed by (its environment's recorded packages)."""
 
     bin_dir: Path
@@ -75,17 +78,31 @@ class PlainRun:
         lines = self.output.rstrip("\n").splitlines()
         return lines[-count:], len(lines)
 
+    def failures(self) -> list[str]:
+        """unittest's line naming each test that failed or errored, each followed by the
+        assertion it stopped at, from unittest's report (below its first ``=====`` line): what a
+        reviewer looks for above a long run's summary."""
+        report = self.output.split("\n" + "=" * 70 + "\n", 1)[1:]
+        return [line for line in "".join(report).splitlines() if _FAILURE_RE.match(line)]
+
 
 def release_interpreter(pin) -> Interpreter:
-    """The pin's CPU Python (``witnesses.cpu_envs``, built on first use), as the command's ``python3``."""
-    python = probe_runs.cpu_python(pin)
-    env = Path(python.python).parent.parent
+    """The pin's CPU Python (``witnesses.cpu_envs``) with the torch and torchvision the release
+    itself requires in front of it (``cpu_envs.release_torch_env``), as the command's
+    ``python3``; each part is built on first use."""
+    pin_env = Path(probe_runs.cpu_python(pin).python).parent.parent
+    base = cpu_envs.base_env()
+    torch_env = cpu_envs.release_torch_env(base, cpu_envs.release_torch_specs(pin))
+    env = cpu_envs.plain_env(torch_env, pin_env)
     versions = {}
-    for folder in (*cpu_envs.base_of(env), env):
+    for folder in (*cpu_envs.base_of(pin_env), pin_env, torch_env):
         versions.update(cpu_envs.installed_versions(folder))
     version = cpu_envs.env_python_version(env).split("-", 1)[-1]
-    described = f"Python {'.'.join(version.split('.')[:2])}, torch {versions.get('torch', '?')}"
-    return Interpreter(Path(python.python).parent, described, cpu_envs.env_fingerprint(pin))
+    described = (f"Python {'.'.join(version.split('.')[:2])}, torch {versions.get('torch', '?')} and torchvision "
+                 f"{versions.get('torchvision', '?')} as the release requires them")
+    identity = hashlib.sha256((cpu_envs.env_fingerprint(pin) + (torch_env / "sglpatch-complete.json").read_text())
+                              .encode()).hexdigest()
+    return Interpreter(cpu_envs.venv_python(env).parent, described, identity)
 
 
 def run_tests(repo: Path, commit: str, test_paths: list[str], interpreter: Interpreter, scratch: Path) -> list[PlainRun]:

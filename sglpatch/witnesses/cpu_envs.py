@@ -132,6 +132,51 @@ def overlay_env(base: Path, wanted: dict[str, str]) -> Path:
     return _cached_env(path, build)
 
 
+# The release's own torch and torchvision, for running a pull request's test as a reviewer runs
+# it (``python3 test/...py``): sglang's model configs import torchvision, and the index's
+# torchvision wheels are CUDA builds that do not load beside the base's CPU torch ("operator
+# torchvision::nms does not exist"). The release's CUDA build of torch runs on a machine with no GPU.
+RELEASE_TORCH = ("torch", "torchvision")
+
+
+def release_torch_specs(pin: Pin, index: str | None = None) -> list[str]:
+    """The pin's own requirements for ``RELEASE_TORCH`` (``torch==2.14.1``, ``torchvision``)."""
+    named = {_canonical(r.name): f"{_canonical(r.name)}{r.specifier}" for r in pin_requirements(pin, index, only=RELEASE_TORCH)}
+    return [named.get(name, name) for name in RELEASE_TORCH]
+
+
+def release_torch_env(base: Path, specs: list[str]) -> Path:
+    """A venv holding ``specs`` and what they need beyond the base (the CUDA libraries, triton),
+    shared by every pin that asks for the same; it sees the base through a ``.pth`` only while
+    pip resolves, so that the base's packages count as installed."""
+    key = json.dumps({"base": base.name, "specs": specs})
+    path = cache.cache_root() / "pyenv" / f"torch-{hashlib.sha256(key.encode()).hexdigest()[:16]}"
+
+    def build(staging: Path) -> None:
+        _make_venv(staging)
+        seen_base = site_packages(staging) / "zz_sglpatch_base.pth"
+        seen_base.write_text(f"{site_packages(base)}\n")
+        _pip(staging, ["install", *specs], f"the release's {' '.join(specs)}, for its tests run as shown")
+        seen_base.unlink()
+
+    return _cached_env(path, build)
+
+
+def plain_env(torch_env: Path, pin_env: Path) -> Path:
+    """The interpreter a test file runs in as shown: the release's torch first, then the pin's CPU
+    Python (its overlay, then the base), through one ``.pth``; nothing installed of its own."""
+    layers = [torch_env, pin_env, *base_of(pin_env)]
+    key = json.dumps({"layers": [layer.name for layer in layers]})
+    path = cache.cache_root() / "pyenv" / f"plain-{hashlib.sha256(key.encode()).hexdigest()[:16]}"
+
+    def build(staging: Path) -> None:
+        _make_venv(staging)
+        (site_packages(staging) / "zz_sglpatch_layers.pth").write_text(
+            "".join(f"{site_packages(layer)}\n" for layer in layers))
+
+    return _cached_env(path, build)
+
+
 _FAILED_BUILDS: dict[Path, EnvUnavailable] = {}  # in this process: each tree's probes ask again
 
 

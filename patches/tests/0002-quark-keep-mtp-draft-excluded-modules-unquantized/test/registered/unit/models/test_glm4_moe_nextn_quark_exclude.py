@@ -40,6 +40,7 @@ from sglang.srt.layers.rotary_embedding import base as rotary_embedding_base
 from sglang.srt.model_loader.loader import _get_quantization_config, _initialize_model
 from sglang.srt.model_loader.utils import set_default_torch_dtype
 from sglang.srt.models import deepseek_v2
+from sglang.srt.models.deepseek_common.amd import deepseek_v2_hip_moe
 from sglang.srt.runtime_context import get_exec, get_server_args, reset_context
 from sglang.test.ci.ci_register import register_cpu_ci
 from sglang.test.test_utils import CustomTestCase, publish_build_topology
@@ -177,6 +178,8 @@ class TestGlmNextnQuarkExclude(CustomTestCase):
             self.addCleanup(patcher.stop)
         for module, name, value in (
             (deepseek_v2, "_is_hip", True),
+            # The HIP glue deepseek_v2 imports when it is loaded on ROCm.
+            (deepseek_v2, "_hip_moe", deepseek_v2_hip_moe),
             # The rotary embedding's native path: its GPU kernel is not tested.
             (rotary_embedding_base, "_is_cpu", True),
         ):
