@@ -155,6 +155,8 @@ def _witness_needs(session: nox.Session, command: list[str]) -> dict:
     arguments (``cpu-env --needs --for``), so a run for one pin, or one without witnesses,
     installs only what it uses."""
     answer = session.run("sglpatch", "cpu-env", "--needs", "--for", *command, silent=True)
+    if answer is None:  # nox --install-only runs no command: there is no run to prepare tools for
+        return {"witnesses": False, "pins": None}
     return json.loads(answer.strip().splitlines()[-1])
 
 

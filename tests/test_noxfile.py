@@ -112,6 +112,22 @@ def test_commands_without_witnesses_install_no_toolchain(noxfile):
     assert session.ran() == ["sglpatch check"]
 
 
+class _InstallOnly(_Session):
+    """``nox --install-only``: a session's ``run`` runs nothing and gives back None (nox's own
+    behaviour), so not even the question what a run needs is answered."""
+
+    def run(self, *args, **kwargs):
+        self.calls.append(("skipped", *args))
+
+
+@pytest.mark.parametrize("command, posargs", [("rehearse", ["--oldest-and-newest"]), ("apply", [])])
+def test_install_only_makes_the_sessions_environment_and_runs_nothing(noxfile, command, posargs):
+    # .ci/run makes the rehearsal's environment first, so that it can run beside the tests.
+    session = _InstallOnly(posargs)
+    noxfile._sglpatch(session, command)
+    assert session.calls[0] == ("install", "-e", ".") and session.ran() == []
+
+
 def test_every_matrix_and_bench_session_runs_in_noxs_own_shared_environment(noxfile):
     import nox.registry
 
