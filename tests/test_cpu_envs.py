@@ -152,6 +152,28 @@ def test_each_pin_gets_the_transformers_its_own_metadata_pins():
 
 
 @pytest.mark.network
+def test_a_test_run_as_shown_gets_the_releases_own_torch_and_torchvision_in_front_of_the_pins_cpu_python():
+    from sglpatch.upstream import upstream_plain_run
+
+    [pin] = PINS.select(["0.5.23"])
+    wanted = {str(r.name).lower(): str(r.specifier) for r in cpu_envs.pin_requirements(pin)}
+    interpreter = upstream_plain_run.release_interpreter(pin)
+    done = subprocess.run(
+        [str(interpreter.bin_dir / "python"), "-c",
+         "import json, torch, torchvision, transformers; print(json.dumps([torch.__version__, "
+         "torchvision.__version__, transformers.__version__, torch.ops.torchvision.nms.default.name()]))"],
+        env={"PATH": "/usr/bin:/bin"}, capture_output=True, text=True, timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    torch_version, vision_version, transformers_version, nms = json.loads(done.stdout.strip().splitlines()[-1])
+    # The release's own torch (its CUDA build, on the CPU) shadows the base's 2.13.0+cpu, and the
+    # torchvision beside it loads its operators; the pin's overlay still gives transformers.
+    assert wanted["torch"] == f"=={torch_version.split('+')[0]}" and not torch_version.endswith("+cpu")
+    assert nms == "torchvision::nms" and f"torchvision {vision_version.split('+')[0]} " in interpreter.described
+    assert wanted["transformers"] == f"=={transformers_version}"
+
+
+@pytest.mark.network
 def test_hip_emulation_makes_torch_report_the_chosen_amd_gpu(tmp_path):
     python = probe_runs.cpu_python(PINS.newest)
     answer = _probe(tmp_path, """

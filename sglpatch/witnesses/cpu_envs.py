@@ -156,7 +156,7 @@ def release_torch_env(base: Path, specs: list[str]) -> Path:
         _make_venv(staging)
         seen_base = site_packages(staging) / "zz_sglpatch_base.pth"
         seen_base.write_text(f"{site_packages(base)}\n")
-        _pip(staging, ["install", *specs], f"the release's {' '.join(specs)}, for its tests run as shown")
+        _pip(staging, ["install", *specs], f"the release's {' '.join(specs)}", "a test run as shown")
         seen_base.unlink()
 
     return _cached_env(path, build)
@@ -214,12 +214,12 @@ def _make_venv(path: Path) -> None:
     venv.EnvBuilder(with_pip=False, symlinks=True).create(path)
 
 
-def _pip(env: Path, args: list[str], what: str) -> None:
+def _pip(env: Path, args: list[str], what: str, purpose: str = "the witnesses") -> None:
     # --no-compile: the probes compile what they import into their content-keyed bytecode cache
     # (probes/bytecode.py); pip's compile of every file was half of the base's install.
     command = [sys.executable, "-m", "pip", "--python", str(venv_python(env)), *args]
     command += ["--no-compile", "--disable-pip-version-check", "--progress-bar", "off"]
-    with progress.step(f"CPU Python for the witnesses: {what}") as shown:
+    with progress.step(f"CPU Python for {purpose}: {what}") as shown:
         try:
             done = processes.run_tool_lines(command, f"pip ({what})", PIP_TIMEOUT_S, _pip_progress(shown),
                                             env=processes.pip_env())
