@@ -172,18 +172,20 @@ FAKE_CLIENT = """
 import json, sys, time
 from pathlib import Path
 # A stand-in for sglang's benchmark client (a test double): low power while it "generates the
-# dataset" and warms up, high power over its measured duration (from 0.2 s before to 0.2 s after,
-# so a late sample at an edge still reads high), low again while it computes its metrics; it
-# prints the real client's warm-up line and pauses 1 s as the real one does.
+# dataset", high power from its warm-up line to 1 s after its measured duration, low again while it
+# computes its metrics; it prints the real client's warm-up line and pauses 1 s as the real one
+# does. The high phase has a second of margin on each side of the measured window, so a sampler or
+# a line reader late by up to a second on a loaded machine still reads the window at high power.
 watts, out = Path(sys.argv[1]), sys.argv[sys.argv.index("--output-file") + 1]
 def draw(w):
     watts.write_text(str(w))
 draw(100.0); time.sleep(0.8)
+draw(700.0)
 print("Warmup completed with 1 sequences. Starting main benchmark run...")
-time.sleep(0.8); draw(700.0); time.sleep(0.2)
-begun = time.perf_counter(); time.sleep(1.2)
+time.sleep(1.0)
+begun = time.perf_counter(); time.sleep(2.0)
 duration = time.perf_counter() - begun
-time.sleep(0.2); draw(100.0); time.sleep(0.8)
+time.sleep(1.0); draw(100.0); time.sleep(0.8)
 with open(out, "a") as f:
     f.write(json.dumps({"request_rate": 1.0, "duration": duration, "ttfts": [0.1], "itls": [[0.01]], "input_lens": [10],
                         "output_lens": [2], "errors": [""]}) + "\\n")
@@ -208,7 +210,7 @@ def test_a_runs_power_is_the_benchmarks_measured_window_not_the_whole_client_pro
     assert result["exit"] == 0, result
     assert summary["window"]["found"].startswith("from the client's warm-up line")
     assert summary["window"]["seconds"] == pytest.approx(result["figures"]["duration_s"], abs=1e-3)
-    # Over the whole process (about 4 s, 1.6 s of it at 700 W) the mean would be near 340 W;
+    # Over the whole process (about 5.6 s, 1.6 s of it at 100 W) the mean would be near 530 W;
     # over the window it is 700 W.
     assert summary["samples_taken"] > summary["samples"] >= 2
     assert summary["gpu_sockets_w_mean"] == pytest.approx(700.0)
