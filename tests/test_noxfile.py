@@ -122,7 +122,7 @@ class _InstallOnly(_Session):
 
 @pytest.mark.parametrize("command, posargs", [("rehearse", ["--oldest-and-newest"]), ("apply", [])])
 def test_install_only_makes_the_sessions_environment_and_runs_nothing(noxfile, command, posargs):
-    # .ci/run makes the rehearsal's environment first, so that it can run beside the tests.
+    # .ci/run makes the rehearsal's environment first, so that it can run beside the CPU tier.
     session = _InstallOnly(posargs)
     noxfile._sglpatch(session, command)
     assert session.calls[0] == ("install", "-e", ".") and session.ran() == []

@@ -35,21 +35,14 @@ def server_layer(base: Path) -> Path:
 
     def build(staging: Path) -> None:
         cpu_envs._make_venv(staging)
-        (cpu_envs.site_packages(staging) / "zz_sglpatch_base.pth").write_text(f"{cpu_envs.site_packages(base)}\n")
+        cpu_envs.sees_base(staging, base)
         cpu_envs._pip(staging, ["install", "--no-deps", "-r", str(REQUIREMENTS)], "the rehearsal's server packages")
 
     return cpu_envs._cached_env(path, build)
 
 
 def launcher(layers: list[Path]) -> Path:
-    path = cache.cache_root() / "pyenv" / f"launcher-{_key(LAYOUT, *(layer.name for layer in layers))}"
-
-    def build(staging: Path) -> None:
-        cpu_envs._make_venv(staging)
-        sites = "".join(f"{cpu_envs.site_packages(layer)}\n" for layer in layers)
-        (cpu_envs.site_packages(staging) / "zz_sglpatch_layers.pth").write_text(sites)
-
-    return cpu_envs._cached_env(path, build)
+    return cpu_envs.layered_env("launcher", layers, LAYOUT)
 
 
 def server_python(pin: Pin) -> Path:

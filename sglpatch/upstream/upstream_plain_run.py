@@ -93,7 +93,8 @@ def release_interpreter(pin) -> Interpreter:
     pin_env = Path(probe_runs.cpu_python(pin).python).parent.parent
     base = cpu_envs.base_env()
     torch_env = cpu_envs.release_torch_env(base, cpu_envs.release_torch_specs(pin))
-    env = cpu_envs.plain_env(torch_env, pin_env)
+    # The release's torch first, then the pin's CPU Python (its overlay, then the base).
+    env = cpu_envs.layered_env("plain", [torch_env, pin_env, *cpu_envs.base_of(pin_env)])
     versions = {}
     for folder in (*cpu_envs.base_of(pin_env), pin_env, torch_env):
         versions.update(cpu_envs.installed_versions(folder))

@@ -121,7 +121,7 @@ def overlay_env(base: Path, wanted: dict[str, str]) -> Path:
         _make_venv(staging)
         # The base's packages are importable (and seen by pip as installed) through this .pth;
         # the overlay's own site-packages comes first, so its versions win.
-        (site_packages(staging) / "zz_sglpatch_base.pth").write_text(f"{site_packages(base)}\n")
+        sees_base(staging, base)
         # torch stays the base's: a requirement that asked pip for another torch would pull a
         # multi-GB CUDA build.
         constraints = staging / "constraints.txt"
@@ -154,20 +154,19 @@ def release_torch_env(base: Path, specs: list[str]) -> Path:
 
     def build(staging: Path) -> None:
         _make_venv(staging)
-        seen_base = site_packages(staging) / "zz_sglpatch_base.pth"
-        seen_base.write_text(f"{site_packages(base)}\n")
+        seen_base = sees_base(staging, base)
         _pip(staging, ["install", *specs], f"the release's {' '.join(specs)}", "a test run as shown")
         seen_base.unlink()
 
     return _cached_env(path, build)
 
 
-def plain_env(torch_env: Path, pin_env: Path) -> Path:
-    """The interpreter a test file runs in as shown: the release's torch first, then the pin's CPU
-    Python (its overlay, then the base), through one ``.pth``; nothing installed of its own."""
-    layers = [torch_env, pin_env, *base_of(pin_env)]
-    key = json.dumps({"layers": [layer.name for layer in layers]})
-    path = cache.cache_root() / "pyenv" / f"plain-{hashlib.sha256(key.encode()).hexdigest()[:16]}"
+def layered_env(kind: str, layers: list[Path], *key: str) -> Path:
+    """A venv with nothing installed of its own that sees ``layers``' site-packages, in that
+    order, through one ``.pth``: the first layer's versions win. Named ``kind-<hash>`` by the
+    layers (and ``key``)."""
+    digest = hashlib.sha256(json.dumps({"key": list(key), "layers": [layer.name for layer in layers]}).encode())
+    path = cache.cache_root() / "pyenv" / f"{kind}-{digest.hexdigest()[:16]}"
 
     def build(staging: Path) -> None:
         _make_venv(staging)
@@ -175,6 +174,17 @@ def plain_env(torch_env: Path, pin_env: Path) -> Path:
             "".join(f"{site_packages(layer)}\n" for layer in layers))
 
     return _cached_env(path, build)
+
+
+BASE_PTH = "zz_sglpatch_base.pth"  # how an environment built on the base sees it (``base_of``)
+
+
+def sees_base(env: Path, base: Path) -> Path:
+    """The ``.pth`` through which ``env`` imports the base's packages (and pip counts them as
+    installed), written."""
+    pth = site_packages(env) / BASE_PTH
+    pth.write_text(f"{site_packages(base)}\n")
+    return pth
 
 
 _FAILED_BUILDS: dict[Path, EnvUnavailable] = {}  # in this process: each tree's probes ask again
@@ -272,7 +282,7 @@ def _canonical(name: str) -> str:
 def base_of(env: Path) -> list[Path]:
     """The base an overlay sees through its ``.pth`` (none for the base itself)."""
     try:
-        return [Path((site_packages(env) / "zz_sglpatch_base.pth").read_text().strip()).parent.parent.parent]
+        return [Path((site_packages(env) / BASE_PTH).read_text().strip()).parent.parent.parent]
     except OSError:
         return []
 
