@@ -52,8 +52,10 @@ os.execv({real!r}, [{real!r}, *sys.argv[1:]])
 def _interrupted(command: list[str], env: dict[str, str], marker: Path, group: bool = True) -> subprocess.CompletedProcess:
     """Run ``command``, and press Ctrl-C once it reaches the held step (or, not ``group``, send
     SIGINT to its first process alone, as ``kill -INT PID`` does)."""
+    # SIGINT as a terminal's foreground job has it: a shell's background job (pytest started with
+    # `&` from a script) starts with SIGINT ignored, and a child keeps an ignored signal ignored.
     process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                               start_new_session=True)
+                               start_new_session=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     deadline = time.monotonic() + HOLD_S
     while not marker.exists() and process.poll() is None and time.monotonic() < deadline:
         time.sleep(0.02)

@@ -27,8 +27,10 @@ def ensure_tree_repo(tree_path: Path, pristine: Pristine) -> None:
             raise SglpatchError(f"{tree_path}: exists and is not a git repository; move it away")
         staging = Path(tempfile.mkdtemp(dir=tree_path.parent, prefix=f".{tree_path.name}-"))
         try:
-            # --local hardlinks the cached objects: cheap, and the tree survives a cleared cache.
-            run_git(["clone", "--quiet", "--local", "--no-checkout", str(pristine.repo), str(staging)], tree_path.parent)
+            # A clone from a path hardlinks the cached objects (cheap, and the tree survives a
+            # cleared cache), and copies them where the cache is on another filesystem: git's
+            # --local would refuse there ("failed to create link ... Invalid cross-device link").
+            run_git(["clone", "--quiet", "--no-checkout", str(pristine.repo), str(staging)], tree_path.parent)
             # Until the first checkout finishes, the tree is ours to overwrite.
             (staging / ".git" / UPDATING_MARKER).write_text("first checkout\n")
             if tree_path.exists():
