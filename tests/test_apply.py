@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -57,6 +58,32 @@ def test_clean_patches_apply_as_one_commit_each_on_every_pin(fake_project, tmp_p
         assert "#ifndef USE_ROCM" in (tree / KERNEL).read_text()
         assert git(tree, "status", "--porcelain").strip() == ""
         assert result.tree_path == str(tree)
+
+
+def test_a_project_on_another_filesystem_than_the_cache_applies(fake_project, tmp_path, monkeypatch):
+    # The pin's tree is cloned from the cached pristine repository: hardlinked on one filesystem,
+    # copied across two (git clone --local refused there: "Invalid cross-device link").
+    import shutil
+    import tempfile
+
+    from conftest import REPO_ROOT
+
+    here = os.stat(tmp_path).st_dev
+    other = next((Path(d) for d in ("/dev/shm", REPO_ROOT / "build", tempfile.gettempdir())
+                  if Path(d).is_dir() and os.access(d, os.W_OK) and os.stat(d).st_dev != here), None)
+    if other is None:
+        pytest.skip(f"no writable folder on another filesystem than {tmp_path} to hold the cache")
+    cache = Path(tempfile.mkdtemp(dir=other, prefix="sglpatch-test-cache-"))
+    try:
+        monkeypatch.setenv("SGLPATCH_CACHE_DIR", str(cache))
+        fake_project.set_patches([("0001-guard.patch", _guard_patch(tmp_path))])
+        report = apply_text(fake_project.project)
+        assert report.ok, report.to_json()
+        for version in fake_project.versions:
+            tree = fake_project.root / "build" / "trees" / version
+            assert git(tree, "log", "--format=%s", "pristine..sglpatch").splitlines() == ["jit_kernel: guard the CUDA runtime include"]
+    finally:
+        shutil.rmtree(cache, ignore_errors=True)
 
 
 def test_commits_equal_what_plain_git_am_makes_with_the_same_committer(fake_project, tmp_path):

@@ -38,7 +38,7 @@ def prepare_hand_port(project, trial: Trial, version: str, left: list[RebaseOutc
     if dest.exists():
         shutil.rmtree(dest)
     dest.parent.mkdir(parents=True, exist_ok=True)
-    run_git(["clone", "--quiet", "--local", "--no-checkout", str(trial.pristine.repo), str(dest)], dest.parent)
+    run_git(["clone", "--quiet", "--no-checkout", str(trial.pristine.repo), str(dest)], dest.parent)
     run_git(["push", "--quiet", str(dest), f"{port}:refs/heads/port"], trial.repo)
     names = ", ".join(f"{entry['step']} of {entry['rendition']}" for entry in entries)
     candidate = git_out(["commit-tree", combined, "-p", port, "-m", f"candidates: {names}"], trial.repo, env=FIXED_COMMIT_ENV)

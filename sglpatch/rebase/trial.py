@@ -71,7 +71,7 @@ class Trial:
         self.pin = pin
         self.pristine = pristine
         self.repo = scratch / "trial"
-        run_git(["clone", "--quiet", "--local", "--no-checkout", str(pristine.repo), str(self.repo)], scratch)
+        run_git(["clone", "--quiet", "--no-checkout", str(pristine.repo), str(self.repo)], scratch)
         self.env = {"GIT_INDEX_FILE": str(scratch / "index")}
         self.parent = pristine.commit
         self._verdicts: dict[str, tuple] = {}
