@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REAL_PINS, REPO_ROOT, pristine_subtree, skip_unless_required
+from conftest import AUTHOR_ENV, REAL_PINS, REPO_ROOT, git, pristine_subtree, skip_unless_required
 from sglpatch.apply.pin_under_test import prepare_pin
 from sglpatch.cli import main
 from sglpatch.matrix.cells import CHECKS, Cell, DEPTHS, PROFILE, TIERS, cells as matrix_cells
@@ -300,3 +300,45 @@ def test_a_cpu_cells_key_follows_the_toolchain_the_profile_and_the_built_environ
     assert cpu._cell_key(put, cell) not in (first, None)
     state["built"] = False
     assert cpu._cell_key(put, cell) is None  # nothing is looked up or kept before the environment exists
+
+
+def test_a_pins_checks_share_one_scratch_checkout_moved_between_its_commits_and_removed_at_the_end(tmp_path, monkeypatch):
+    from types import SimpleNamespace
+
+    from sglpatch.apply import checkouts, pin_under_test
+
+    repo = tmp_path / "tree"
+    (repo / "python" / "sglang").mkdir(parents=True)
+    module = repo / "python" / "sglang" / "module.py"
+    commits = []
+    for text in ("pristine\n", "patched\n"):
+        module.write_text(text)
+        if not commits:
+            git(tmp_path, "init", "-q", str(repo))
+        git(repo, "add", "-A")
+        git(repo, "commit", "-q", "-m", text.strip(), env=AUTHOR_ENV)
+        commits.append(git(repo, "rev-parse", "HEAD").strip())
+    pristine, patched = commits
+    written = []
+    real_git = checkouts.run_git
+    monkeypatch.setattr(checkouts, "run_git", lambda args, *rest, **kw: (written.append(args), real_git(args, *rest, **kw))[1])
+    put = SimpleNamespace(tree_path=repo)
+
+    def whole_checkouts() -> int:
+        return sum("checkout-index" in args for args in written)
+
+    first = pin_under_test.checkout(put, patched)
+    assert (first / "python/sglang/module.py").read_text() == "patched\n"
+    # The next check of the pin looks at the pristine commit, then the patched again: the same
+    # folder, moved by git, never a second whole checkout.
+    assert pin_under_test.checkout(put, pristine) == first and (first / "python/sglang/module.py").read_text() == "pristine\n"
+    assert pin_under_test.checkout(put, patched) == first and (first / "python/sglang/module.py").read_text() == "patched\n"
+    assert whole_checkouts() == 1
+    # A check that wrote into it gets a fresh one holding exactly the commit.
+    (first / "python/sglang/module.py").write_text("a witness wrote here\n")
+    (first / "python/sglang/left.py").write_text("")
+    fresh = pin_under_test.checkout(put, patched)
+    assert (fresh / "python/sglang/module.py").read_text() == "patched\n" and not (fresh / "python/sglang/left.py").exists()
+    assert whole_checkouts() == 2
+    pin_under_test.remove_checkouts()
+    assert not fresh.exists() and not [p for p in (repo / ".git").iterdir() if p.name.startswith("sglpatch-")]

@@ -79,8 +79,12 @@ class Checkouts:
             self.index.unlink(missing_ok=True)
         self.folder = self.index = self.commit = None
 
-    def __exit__(self, *exc) -> None:
+    def close(self) -> None:
+        """The folder and its index removed."""
         self._remove()
+
+    def __exit__(self, *exc) -> None:
+        self.close()
 
 
 def tree_modes(tree_path: Path, commit: str) -> dict[str, str]:

@@ -48,6 +48,13 @@ def _cell_key(put: PinUnderTest, cell: Cell) -> str | None:
 def run_cpu_cell(project: Project, cell: Cell, *, use_cache: bool = True) -> CellRecord:
     """Run one CPU cell (spec runs every depth of the pin at once and caches each) and write its
     record and log under ``build/matrix``."""
+    try:
+        return _shown_cell(project, cell, use_cache)
+    finally:
+        remove_checkouts()
+
+
+def _shown_cell(project: Project, cell: Cell, use_cache: bool) -> CellRecord:
     validate_cell(cell)
     with progress.step(cell_id(cell.tier, cell.check, cell.pin, cell.depth)) as shown:
         record = _run_cell(project, cell, use_cache)
@@ -86,15 +93,12 @@ def _run_cell(project: Project, cell: Cell, use_cache: bool) -> CellRecord:
             return _finish(record, out, log_path, started, None)
         except (ValueError, TypeError, KeyError):
             CELLS.path(key).unlink(missing_ok=True)
-    try:
-        with contextlib.ExitStack() as scope:
-            if not use_cache:
-                scope.enter_context(answer_cache.rerun())  # every part runs again, the witnesses' too
-            replayed = scope.enter_context(answer_cache.replays_seen())
-            answered = set(_ANSWERED_HERE)
-            record, log = _run_fresh(put, cell)
-    finally:
-        remove_checkouts()
+    with contextlib.ExitStack() as scope:
+        if not use_cache:
+            scope.enter_context(answer_cache.rerun())  # every part runs again, the witnesses' too
+        replayed = scope.enter_context(answer_cache.replays_seen())
+        answered = set(_ANSWERED_HERE)
+        record, log = _run_fresh(put, cell)
     for kept in set(_ANSWERED_HERE) - answered:
         _ANSWERED_HERE[kept] = list(dict.fromkeys(replayed))
     if replayed:
@@ -175,4 +179,8 @@ def run_cpu_tier(project: Project, pins: list[str] | None = None, *, use_cache: 
 
 
 def _pin_cells(project: Project, version: str, use_cache: bool) -> list[CellRecord]:
-    return [run_cpu_cell(project, cell, use_cache=use_cache) for cell in cells([version], ("cpu",))]
+    """A pin's cells, sharing its scratch checkout (removed when the last is done)."""
+    try:
+        return [_shown_cell(project, cell, use_cache) for cell in cells([version], ("cpu",))]
+    finally:
+        remove_checkouts()
