@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -340,5 +341,33 @@ def test_a_pins_checks_share_one_scratch_checkout_moved_between_its_commits_and_
     fresh = pin_under_test.checkout(put, patched)
     assert (fresh / "python/sglang/module.py").read_text() == "patched\n" and not (fresh / "python/sglang/left.py").exists()
     assert whole_checkouts() == 2
+    # One that something else removed is checked out afresh, never asked of git as if it were there.
+    shutil.rmtree(fresh)
+    anew = pin_under_test.checkout(put, pristine)
+    assert (anew / "python/sglang/module.py").read_text() == "pristine\n" and whole_checkouts() == 3
     pin_under_test.remove_checkouts()
-    assert not fresh.exists() and not [p for p in (repo / ".git").iterdir() if p.name.startswith("sglpatch-")]
+    assert not anew.exists() and not [p for p in (repo / ".git").iterdir() if p.name.startswith("sglpatch-")]
+
+
+def test_a_pins_scratch_checkout_outlives_the_apply_each_of_its_cells_starts_with(project_copy):
+    """Each cell applies the pin again (``prepare_pin``) before it looks at a commit, and apply
+    clears what it finds in the tree's .git as a killed run's leftovers: the checkout the pin's
+    cells share must not be there, or the second cell of every pin found it gone."""
+    from sglpatch.apply import pin_under_test
+
+    try:
+        put = prepare_pin(project_copy, "0.5.14")
+        first = pin_under_test.checkout(put, put.patched_commit)
+        put = prepare_pin(project_copy, "0.5.14")  # the next cell
+        again = pin_under_test.checkout(put, put.pristine_commit)
+        assert again == first
+        shared = pin_under_test._CHECKOUTS[put.tree_path]
+        assert shared.refreshed == []  # moved by git, not checked out afresh
+        listed = subprocess.run(["git", "ls-tree", "-r", "--name-only", put.pristine_commit, "python/sglang/srt/server_args.py"],
+                                cwd=put.tree_path, capture_output=True, text=True, check=True).stdout.strip()
+        pristine = subprocess.run(["git", "show", f"{put.pristine_commit}:{listed}"], cwd=put.tree_path,
+                                  capture_output=True, text=True, check=True).stdout
+        assert (again / listed).read_text() == pristine
+    finally:
+        pin_under_test.remove_checkouts()
+    assert not first.exists()

@@ -35,10 +35,16 @@ class Checkouts:
     files that differ are written). Before each move or reuse the folder is compared with that
     index (``git diff-files``, and ``git ls-files --others`` for files added: what ``git status
     --porcelain`` reports); a folder something wrote into (a witness, a patch's regression test)
-    is checked out afresh, never moved on with the change still in it."""
+    is checked out afresh, never moved on with the change still in it, and so is one that is gone.
 
-    def __init__(self, tree_path: Path):
+    The folder is made in ``within``: by default the tree's ``.git``, where apply, holding the
+    tree's lock, removes what a killed run left; checks that run without that lock and across
+    several applies of the pin (the matrix's cells) keep theirs elsewhere, so an apply between two
+    of them does not take it away."""
+
+    def __init__(self, tree_path: Path, within: Path | None = None):
         self.tree_path = tree_path
+        self.within = within
         self.folder: Path | None = None
         self.commit: str | None = None
         self.index: Path | None = None
@@ -57,13 +63,16 @@ class Checkouts:
         return sorted({name.decode(errors="surrogateescape") for name in (modified + added).split(b"\0") if name})
 
     def get(self, commit: str) -> Path:
+        if self.folder is not None and not (self.folder.is_dir() and self.index.is_file()):
+            self.refreshed.append(["(the folder was removed)"])
+            self._remove()
         if self.folder is not None:
             changed = self.changes()
             if changed:
                 self.refreshed.append(changed)
                 self._remove()
         if self.folder is None:
-            self.folder = Path(tempfile.mkdtemp(dir=self.tree_path / ".git", prefix="sglpatch-witness-")).resolve()
+            self.folder = Path(tempfile.mkdtemp(dir=self.within or self.tree_path / ".git", prefix="sglpatch-witness-")).resolve()
             self.index = self.folder.with_name(self.folder.name + ".index")
             self._git(["read-tree", commit])
             self._git(["checkout-index", "--all", "--force", "-u"])

@@ -5,6 +5,7 @@ bench measures."""
 
 from __future__ import annotations
 
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -94,6 +95,8 @@ def is_jit_kernel_source(path: str) -> bool:
 
 # The pin's one scratch checkout, moved between the commits its checks look at: a whole checkout
 # writes some 5,000 files (3 s of this disk's time), and every witness of every cell wrote its own.
+# It lives in the temporary folder, not the tree's .git: each cell applies the pin again first,
+# and apply clears what it finds there as a killed run's leftovers.
 _CHECKOUTS: dict[Path, Checkouts] = {}
 
 
@@ -101,7 +104,8 @@ def checkout(put: PinUnderTest, commit: str) -> Path:
     """A scratch checkout of one commit of the pin, until the next call for the pin or
     ``remove_checkouts``: the pin's one folder, moved to the commit (only the files that differ
     are written; one something wrote into is checked out afresh)."""
-    return _CHECKOUTS.setdefault(put.tree_path, Checkouts(put.tree_path)).get(commit)
+    within = Path(tempfile.gettempdir())
+    return _CHECKOUTS.setdefault(put.tree_path, Checkouts(put.tree_path, within=within)).get(commit)
 
 
 def remove_checkouts() -> None:
