@@ -64,8 +64,7 @@ class Checkouts:
 
     def get(self, commit: str) -> Path:
         if self.folder is not None and not (self.folder.is_dir() and self.index.is_file()):
-            self.refreshed.append(["(the folder was removed)"])
-            self._remove()
+            self._remove()  # gone: nothing in it to record, only its leftover half to clear
         if self.folder is not None:
             changed = self.changes()
             if changed:
