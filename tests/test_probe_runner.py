@@ -170,7 +170,7 @@ def test_a_remembered_probe_run_is_given_back_for_the_same_content_anywhere_and_
     again, checkpoint, ran = ask("b")  # the same tree and checkpoint, in other folders
     assert ran == 1 and again.runner.get("remembered")
     assert again.answers["counting"]["read"] == content and again.answers["counting"]["from"] == str(checkpoint)
-    _, _, ran = ask("c", "other weights\n")
+    _, _, ran = ask("c", f"other weights {uuid.uuid4()}\n")  # new to this run too, wherever tmp_path is
     assert ran == 2
     for where in ("d", "e"):  # a run whose probe failed is never kept
         failed, _, _ = ask(where, None)
