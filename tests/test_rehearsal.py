@@ -60,6 +60,25 @@ def test_the_server_site_installs_the_standins_only_when_asked_and_says_so():
                      r"sgl_kernel \(import-only\), torchvision \(catch-all\)", asked.stderr)
 
 
+def test_every_server_process_loads_the_tree_through_the_content_keyed_bytecode_cache(tmp_path):
+    # Each process of the server (and each check script) is a new interpreter: the second one
+    # started on the same content compiles nothing, and the tree gets no __pycache__ of its own.
+    tree = tmp_path / "tree" / "python"
+    (tree / "pkg").mkdir(parents=True)
+    (tree / "pkg" / "__init__.py").write_text("import inspect\n\ndef where():\n    return inspect.getsourcefile(where)\n")
+    site = {"PYTHONPATH": os.pathsep.join([str(tree), str(PROBES / "server_site")]),
+            "SGLPATCH_BYTECODE_CACHE": str(tmp_path / "pyc"), "SGLPATCH_BYTECODE_ROOTS": str(tree)}
+    code = "import bytecode, pkg, json; print(json.dumps([dict(bytecode.ContentKeyedLoader.stats), pkg.where()]))"
+    first, second = (_python(code, site) for _ in range(2))
+    assert first.returncode == 0 and second.returncode == 0, first.stderr + second.stderr
+    (first_stats, _), (second_stats, where) = json.loads(first.stdout), json.loads(second.stdout)
+    assert first_stats["miss"] >= 1 and second_stats == {"hit": first_stats["miss"], "miss": 0}
+    assert where == str(tree / "pkg" / "__init__.py")
+    assert not list(tree.rglob("__pycache__")), "the tree got a __pycache__"
+    unasked = _python("import sys, pkg; print('bytecode' in sys.modules)", {"PYTHONPATH": site["PYTHONPATH"]})
+    assert unasked.returncode == 0 and unasked.stdout.strip() == "False", unasked.stderr
+
+
 def test_the_cpu_launch_is_the_load_cells_launch_changed_only_where_a_cpu_cannot_follow():
     launch = cpu_launch("/tmp/tiny")
     argv = launch.argv

@@ -51,6 +51,7 @@ from sglpatch.rehearsal.server_env import server_python
 from sglpatch.rocm.checks import serve_check
 from sglpatch.rocm.profiles import PROFILES
 from sglpatch.serving.profile import load_profile
+from sglpatch.witnesses import probe_children
 
 PROBES = Path(__file__).parent.parent / "witnesses" / "probes"
 SERVER_SITE = PROBES / "server_site"
@@ -120,14 +121,20 @@ def _timed(rehearsal: Rehearsal, name: str):
     return _Timer()
 
 
-def child_env(tree: Path, home: Path, extra: dict[str, str] | None = None) -> dict[str, str]:
+def child_env(tree: Path, home: Path, bytecode_cache: Path, extra: dict[str, str] | None = None) -> dict[str, str]:
     """The declared environment of the server and the check scripts: the patched tree's package and
-    the server's stand-ins importable, no hub, caches under the rehearsal's folder."""
+    the server's stand-ins importable, no hub, caches under the rehearsal's folder. The tree and the
+    environment's packages load through the probes' content-keyed bytecode cache, as in the
+    witnesses' probes: the server environment is installed without bytecode, and each rehearsal's
+    home is new in a fresh checkout, so every start compiled torch and sglang from source (the
+    first of its processes 33 s before its first log line)."""
     return {
         "PATH": "/usr/local/bin:/usr/bin:/bin",
         "HOME": str(home),
         "PYTHONPATH": os.pathsep.join([str(tree / "python"), str(SERVER_SITE)]),
         "PYTHONPYCACHEPREFIX": str(home / "pycache"),  # the patched tree stays as apply left it
+        "SGLPATCH_BYTECODE_CACHE": str(bytecode_cache),
+        "SGLPATCH_BYTECODE_ROOTS": str(tree / "python"),
         server_standins.ENV: "1",
         "HF_HUB_OFFLINE": "1",
         "TRANSFORMERS_OFFLINE": "1",
@@ -167,7 +174,7 @@ def rehearse(project: Project, version: str, on_log=print) -> Rehearsal:
         put = prepare_pin(project, version)
     with _timed(rehearsal, "server_env"):
         python = server_python(put.pin)
-    env = child_env(put.tree_path, folder / "home")
+    env = child_env(put.tree_path, folder / "home", probe_children.bytecode_cache_dir(python))
     checkpoint = folder / "checkpoint"
     with _timed(rehearsal, "checkpoint"):
         done = subprocess.run([str(python), str(Path(__file__).parent / "llama_checkpoint.py"), str(checkpoint)],
