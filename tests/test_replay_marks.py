@@ -159,6 +159,29 @@ def test_rerun_runs_a_witness_again_whatever_another_process_kept(cache_dir, tmp
     assert witness.runs == 2
 
 
+def test_rerun_compiles_again_what_an_earlier_process_kept_and_only_once_in_this_one(cache_dir, monkeypatch):
+    # A build cell's HIP compile passes are kept by a digest of their whole input; under
+    # ``matrix run-all --no-cache`` one kept by an earlier run stood in, unmarked, for a compile
+    # said to run now. The compile is hip_toolchain's own remembered path; only the compiler is counted.
+    from sglpatch.witnesses import hip_toolchain
+
+    compiled = []
+
+    def compile_():
+        compiled.append(1)
+        return CLEAN, "compiled"
+
+    assert hip_toolchain.remembered_compile("pass-key", compile_) == (CLEAN, "compiled")
+    monkeypatch.setattr(cache, "_MADE_HERE", set(), raising=False)  # a later process
+    assert hip_toolchain.remembered_compile("pass-key", compile_) == (CLEAN, "compiled")
+    assert len(compiled) == 1  # outside a rerun the kept pass is given back
+    with answer_cache.rerun():
+        assert hip_toolchain.remembered_compile("pass-key", compile_) == (CLEAN, "compiled")
+        assert len(compiled) == 2  # kept by an earlier process: compiled again
+        hip_toolchain.remembered_compile("pass-key", compile_)
+        assert len(compiled) == 2  # compiled in this process: given back
+
+
 def test_matrix_run_no_cache_reruns_the_mtp_witness_part_and_records_cached_truthfully(tmp_path, monkeypatch, cache_dir):
     from sglpatch.matrix import cpu, cpu_checks
     from sglpatch.matrix.cells import Cell

@@ -161,6 +161,31 @@ def answers_root() -> Path:
     return root
 
 
+_RERUN: list[bool] = []
+# (kind, key) of the values this process computed and kept: under ``rerun()`` these are still
+# given back, since they were made in this run.
+_MADE_HERE: set[tuple[str, str]] = set()
+
+
+@contextmanager
+def rerun():
+    """Within it, every remembered answer is computed again: nothing kept by an earlier process is
+    given back (what this process computed meanwhile is); what is computed is still kept. The
+    witnesses' answers (``answer_cache``), the matrix's and every ``Memo.remember`` follow it: a
+    compile pass or a probe run kept by an earlier run would otherwise stand in, unmarked, for one
+    said to run now (``matrix run-all --no-cache``)."""
+    _RERUN.append(True)
+    try:
+        yield
+    finally:
+        _RERUN.pop()
+
+
+def rerunning() -> bool:
+    """Whether ``rerun()`` is active."""
+    return bool(_RERUN)
+
+
 class Memo:
     """One kind of remembered answer: key -> a JSON value, kept in ``answers_root()/<kind>/``.
 
@@ -168,7 +193,8 @@ class Memo:
     under the key's lock, so one process computes while the others asking for the same key wait
     and read it; a damaged entry is computed again. ``keep`` decides what is a verdict worth
     keeping: an answer that could not be had (unavailable, a timeout, a killed child) is never
-    kept, so the next asker computes it again."""
+    kept, so the next asker computes it again. Under ``rerun()`` only what this process computed
+    is given back."""
 
     def __init__(self, kind: str):
         self.kind = kind
@@ -206,10 +232,12 @@ class Memo:
         if key is None:
             return compute()
         with self.lock(key):
-            value = self.get(key)
-            if value is not None:
-                return value
+            if not _RERUN or (self.kind, key) in _MADE_HERE:
+                value = self.get(key)
+                if value is not None:
+                    return value
             value = compute()
             if keep(value):
                 self.put(key, value)
+                _MADE_HERE.add((self.kind, key))
         return value

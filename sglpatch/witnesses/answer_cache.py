@@ -90,24 +90,11 @@ def _key(witness: Witness, tree_hash: str, print_: str) -> str:
 # Keys this process answered itself: read back, they are no replay. With ``rerun()`` active, only
 # these are taken from the store.
 _ANSWERED_HERE: set[str] = set()
-_RERUN: list[bool] = []
 _REPLAYS_SEEN: list[list[str]] = []
-
-
-@contextlib.contextmanager
-def rerun():
-    """Within it, every witness runs again: nothing kept by an earlier process is given back (what
-    this process answered meanwhile is); what runs is still kept."""
-    _RERUN.append(True)
-    try:
-        yield
-    finally:
-        _RERUN.pop()
-
-
-def rerunning() -> bool:
-    """Whether ``rerun()`` is active: other kept answers (the matrix's) follow it too."""
-    return bool(_RERUN)
+# Within rerun(), every witness runs again (``cache.rerun``: the remembered compiles and probe
+# runs under the witnesses too); the matrix's kept answers follow it as well.
+rerun = cache.rerun
+rerunning = cache.rerunning
 
 
 @contextlib.contextmanager
@@ -130,7 +117,7 @@ def note_replay(where: str) -> None:
 
 def _load(key: str, witness: Witness, pin: Pin, tree_hash: str) -> WitnessResult | None:
     here = key in _ANSWERED_HERE
-    if _RERUN and not here:
+    if rerunning() and not here:
         return None
     stored = ANSWERS.get(key)
     try:
