@@ -4,6 +4,7 @@ runs every part again, its witnesses' included, and says truthfully what was cac
 
 from __future__ import annotations
 
+import functools
 import json
 from types import SimpleNamespace
 
@@ -15,7 +16,7 @@ from sglpatch.apply.apply_pins import ApplyReport
 from sglpatch.apply.one_pin import PatchOutcome, PinResult
 from sglpatch.apply.report import render_apply, render_witnesses
 from sglpatch.matrix import kernels
-from sglpatch.plumbing import cache
+from sglpatch.plumbing import cache, workers
 from sglpatch.witnesses import answer_cache
 from sglpatch.witnesses.results import BUG, CLEAN, REPLAY_MARK, WitnessResult
 
@@ -180,6 +181,23 @@ def test_rerun_compiles_again_what_an_earlier_process_kept_and_only_once_in_this
         assert len(compiled) == 2  # kept by an earlier process: compiled again
         hip_toolchain.remembered_compile("pass-key", compile_)
         assert len(compiled) == 2  # compiled in this process: given back
+
+
+def _remembered_in_a_worker(memo: cache.Memo, item: str) -> str:
+    return memo.remember("key", lambda: f"made again by worker {item}")
+
+
+def test_one_rerun_shares_what_its_forked_workers_made_and_the_next_run_makes_it_again(cache_dir, monkeypatch):
+    # The CPU tier's workers are one run: a compile one of them made is not made again by another.
+    memo = cache.Memo("made-in-a-run")
+    memo.remember("key", lambda: "kept by an earlier run")
+    monkeypatch.setattr(cache, "_MADE_HERE", set())  # a later process
+    for run in ("a", "b"):
+        with cache.rerun():
+            made = workers.share_out([run], lambda item: item, functools.partial(_remembered_in_a_worker, memo), 1)
+            assert made == [f"made again by worker {run}"]
+            assert memo.remember("key", lambda: "made again here") == made[0]  # not made twice in one run
+        monkeypatch.setattr(cache, "_MADE_HERE", set())  # the next run, another process
 
 
 def test_matrix_run_no_cache_reruns_the_mtp_witness_part_and_records_cached_truthfully(tmp_path, monkeypatch, cache_dir):

@@ -158,6 +158,15 @@ def run_cpu_tier(project: Project, pins: list[str] | None = None, *, use_cache: 
     processes that each take whole pins: the fork servers of the CPU Python, the prepared pins
     and the per-pin probe run are shared by a pin's cells, instead of one process per cell."""
     selected = project.pins().select(pins)
+    with contextlib.ExitStack() as scope:
+        if not use_cache:
+            # One run for all the workers: a compile pass one of them made in this run is given
+            # back to the other, not made again (nor waited for and then made again).
+            scope.enter_context(answer_cache.rerun())
+        return _tier_cells(project, selected, use_cache, jobs)
+
+
+def _tier_cells(project: Project, selected, use_cache: bool, jobs: int) -> list[CellRecord]:
     versions = [pin.version for pin in selected]
     if jobs <= 1 or len(versions) <= 1:
         return [record for version in versions for record in _pin_cells(project, version, use_cache)]

@@ -161,29 +161,48 @@ def answers_root() -> Path:
     return root
 
 
-_RERUN: list[bool] = []
-# (kind, key) of the values this process computed and kept: under ``rerun()`` these are still
-# given back, since they were made in this run.
+# The folder of the rerun() in force, once per rerun() entered (the outermost one's). In it, a
+# marker per value computed and kept in this run, by this process or by a worker process it forked
+# (the CPU tier's workers share one run): those are given back under rerun(), nothing else is.
+_RERUN: list[Path] = []
+# (kind, key) of the values this process computed and kept, in or before a rerun().
 _MADE_HERE: set[tuple[str, str]] = set()
 
 
 @contextmanager
 def rerun():
-    """Within it, every remembered answer is computed again: nothing kept by an earlier process is
-    given back (what this process computed meanwhile is); what is computed is still kept. The
-    witnesses' answers (``answer_cache``), the matrix's and every ``Memo.remember`` follow it: a
-    compile pass or a probe run kept by an earlier run would otherwise stand in, unmarked, for one
-    said to run now (``matrix run-all --no-cache``)."""
-    _RERUN.append(True)
+    """Within it, every remembered answer is computed again: nothing kept by an earlier run is
+    given back (what this run computed meanwhile is, in this process or in the workers it forked
+    while in it); what is computed is still kept. The witnesses' answers (``answer_cache``), the
+    matrix's and every ``Memo.remember`` follow it: a compile pass or a probe run kept by an
+    earlier run would otherwise stand in, unmarked, for one said to run now (``matrix run-all
+    --no-cache``)."""
+    outermost = not _RERUN
+    folder = Path(tempfile.mkdtemp(prefix="sglpatch-rerun-")) if outermost else _RERUN[-1]
+    _RERUN.append(folder)
     try:
         yield
     finally:
         _RERUN.pop()
+        if outermost:
+            shutil.rmtree(folder, ignore_errors=True)
 
 
 def rerunning() -> bool:
     """Whether ``rerun()`` is active."""
     return bool(_RERUN)
+
+
+def _made_in_this_run(kind: str, key: str) -> bool:
+    return (kind, key) in _MADE_HERE or (bool(_RERUN) and (_RERUN[-1] / kind / key).exists())
+
+
+def _made(kind: str, key: str) -> None:
+    _MADE_HERE.add((kind, key))
+    if _RERUN:
+        marker = _RERUN[-1] / kind / key
+        marker.parent.mkdir(parents=True, exist_ok=True)
+        marker.touch()
 
 
 class Memo:
@@ -193,8 +212,8 @@ class Memo:
     under the key's lock, so one process computes while the others asking for the same key wait
     and read it; a damaged entry is computed again. ``keep`` decides what is a verdict worth
     keeping: an answer that could not be had (unavailable, a timeout, a killed child) is never
-    kept, so the next asker computes it again. Under ``rerun()`` only what this process computed
-    is given back."""
+    kept, so the next asker computes it again. Under ``rerun()`` only what this run computed is
+    given back."""
 
     def __init__(self, kind: str):
         self.kind = kind
@@ -232,12 +251,12 @@ class Memo:
         if key is None:
             return compute()
         with self.lock(key):
-            if not _RERUN or (self.kind, key) in _MADE_HERE:
+            if not _RERUN or _made_in_this_run(self.kind, key):
                 value = self.get(key)
                 if value is not None:
                     return value
             value = compute()
             if keep(value):
                 self.put(key, value)
-                _MADE_HERE.add((self.kind, key))
+                _made(self.kind, key)
         return value
