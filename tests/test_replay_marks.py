@@ -184,7 +184,8 @@ def test_rerun_compiles_again_what_an_earlier_process_kept_and_only_once_in_this
 
 
 def _remembered_in_a_worker(memo: cache.Memo, item: str) -> str:
-    return memo.remember("key", lambda: f"made again by worker {item}")
+    with cache.rerun():  # as each CPU cell run with --no-cache enters it
+        return memo.remember("key", lambda: f"made again by worker {item}")
 
 
 def test_one_rerun_shares_what_its_forked_workers_made_and_the_next_run_makes_it_again(cache_dir, monkeypatch):
@@ -193,10 +194,11 @@ def test_one_rerun_shares_what_its_forked_workers_made_and_the_next_run_makes_it
     memo.remember("key", lambda: "kept by an earlier run")
     monkeypatch.setattr(cache, "_MADE_HERE", set())  # a later process
     for run in ("a", "b"):
-        with cache.rerun():
+        with cache.one_run():  # as the CPU tier holds one around its workers
             made = workers.share_out([run], lambda item: item, functools.partial(_remembered_in_a_worker, memo), 1)
             assert made == [f"made again by worker {run}"]
-            assert memo.remember("key", lambda: "made again here") == made[0]  # not made twice in one run
+            with cache.rerun():
+                assert memo.remember("key", lambda: "made again here") == made[0]  # not made twice in one run
         monkeypatch.setattr(cache, "_MADE_HERE", set())  # the next run, another process
 
 

@@ -158,11 +158,10 @@ def run_cpu_tier(project: Project, pins: list[str] | None = None, *, use_cache: 
     processes that each take whole pins: the fork servers of the CPU Python, the prepared pins
     and the per-pin probe run are shared by a pin's cells, instead of one process per cell."""
     selected = project.pins().select(pins)
-    with contextlib.ExitStack() as scope:
-        if not use_cache:
-            # One run for all the workers: a compile pass one of them made in this run is given
-            # back to the other, not made again (nor waited for and then made again).
-            scope.enter_context(answer_cache.rerun())
+    # One run for all the workers: under --no-cache a compile pass one of them made in this run is
+    # given back to the other, not made again (nor waited for and then made again). Each pin is
+    # still prepared as apply prepares it (its answers given back), outside its cells' rerun().
+    with cache.one_run():
         return _tier_cells(project, selected, use_cache, jobs)
 
 

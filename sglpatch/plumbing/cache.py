@@ -161,31 +161,42 @@ def answers_root() -> Path:
     return root
 
 
-# The folder of the rerun() in force, once per rerun() entered (the outermost one's). In it, a
-# marker per value computed and kept in this run, by this process or by a worker process it forked
-# (the CPU tier's workers share one run): those are given back under rerun(), nothing else is.
-_RERUN: list[Path] = []
-# (kind, key) of the values this process computed and kept, in or before a rerun().
+# The folder of the run in force (``one_run``), once per one_run() entered (the outermost one's).
+# In it, a marker per value computed and kept in this run, by this process or by a worker process
+# it forked (the CPU tier's workers are one run): under rerun() those are given back, nothing else.
+_RUN: list[Path] = []
+_RERUN: list[bool] = []
+# (kind, key) of the values this process computed and kept.
 _MADE_HERE: set[tuple[str, str]] = set()
+
+
+@contextmanager
+def one_run():
+    """The processes this one forks within it are one run with it, for ``rerun()``."""
+    outermost = not _RUN
+    folder = Path(tempfile.mkdtemp(prefix="sglpatch-run-")) if outermost else _RUN[-1]
+    _RUN.append(folder)
+    try:
+        yield
+    finally:
+        _RUN.pop()
+        if outermost:
+            shutil.rmtree(folder, ignore_errors=True)
 
 
 @contextmanager
 def rerun():
     """Within it, every remembered answer is computed again: nothing kept by an earlier run is
-    given back (what this run computed meanwhile is, in this process or in the workers it forked
-    while in it); what is computed is still kept. The witnesses' answers (``answer_cache``), the
-    matrix's and every ``Memo.remember`` follow it: a compile pass or a probe run kept by an
-    earlier run would otherwise stand in, unmarked, for one said to run now (``matrix run-all
-    --no-cache``)."""
-    outermost = not _RERUN
-    folder = Path(tempfile.mkdtemp(prefix="sglpatch-rerun-")) if outermost else _RERUN[-1]
-    _RERUN.append(folder)
-    try:
-        yield
-    finally:
-        _RERUN.pop()
-        if outermost:
-            shutil.rmtree(folder, ignore_errors=True)
+    given back (what this run computed meanwhile is: ``one_run``); what is computed is still
+    kept. The witnesses' answers (``answer_cache``), the matrix's and every ``Memo.remember``
+    follow it: a compile pass or a probe run kept by an earlier run would otherwise stand in,
+    unmarked, for one said to run now (``matrix run-all --no-cache``)."""
+    with one_run():
+        _RERUN.append(True)
+        try:
+            yield
+        finally:
+            _RERUN.pop()
 
 
 def rerunning() -> bool:
@@ -194,13 +205,13 @@ def rerunning() -> bool:
 
 
 def _made_in_this_run(kind: str, key: str) -> bool:
-    return (kind, key) in _MADE_HERE or (bool(_RERUN) and (_RERUN[-1] / kind / key).exists())
+    return (kind, key) in _MADE_HERE or (bool(_RUN) and (_RUN[-1] / kind / key).exists())
 
 
 def _made(kind: str, key: str) -> None:
     _MADE_HERE.add((kind, key))
-    if _RERUN:
-        marker = _RERUN[-1] / kind / key
+    if _RUN:
+        marker = _RUN[-1] / kind / key
         marker.parent.mkdir(parents=True, exist_ok=True)
         marker.touch()
 
